@@ -1,0 +1,1 @@
+"""Benchmark sources, grounding, splits and the DataModule."""

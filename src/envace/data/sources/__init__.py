@@ -1,0 +1,65 @@
+"""Benchmark sources: each turns its records into canonical :class:`~envace.types.Task` objects.
+
+A source is a function ``load(split: str = "all", path: str | None = None, **kw) -> list[Task]``;
+a verifier replays gold through the real environment and the official checker and returns a
+:class:`VerifyReport`. Both are looked up by name here (config data, never model output).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace.types import Task
+
+SOURCES: dict[str, str] = {
+    "bfcl-single-turn": "envace.data.sources.bfcl:load_single_turn",
+    "bfcl-multi-turn": "envace.data.sources.bfcl:load_multi_turn",
+    "tau2": "envace.data.sources.tau2:load_tau2",
+    "vitabench": "envace.data.sources.vitabench:load_vitabench",
+    "chatlog": "envace.data.sources.chatlog:load_chatlog",
+}
+
+VERIFIERS: dict[str, str] = {
+    "bfcl-multi-turn": "envace.data.sources.bfcl:verify_multi_turn",
+    "tau2": "envace.data.sources.tau2:verify_tau2",
+}
+
+
+@dataclass
+class VerifyReport:
+    """Gold replay results: how many tasks the official checker passed, per group."""
+
+    passed: int = 0
+    total: int = 0
+    per_group: dict[str, tuple[int, int]] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, group: str, ok: bool, **why: Any) -> None:
+        p, t = self.per_group.get(group, (0, 0))
+        self.per_group[group] = (p + int(ok), t + 1)
+        self.passed += int(ok)
+        self.total += 1
+        if not ok:
+            self.failures.append({"group": group, **why})
+
+
+def _resolve(table: dict[str, str], name: str, what: str) -> Callable[..., Any]:
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}")
+    module, fn = table[name].split(":")
+    return getattr(importlib.import_module(module), fn)  # type: ignore[no-any-return]
+
+
+def load_source(name: str, split: str = "all", path: str | None = None, **kw: Any) -> list[Task]:
+    """Load the tasks of source ``name`` for ``split`` (``train``, ``test`` or ``all``)."""
+    tasks: list[Task] = _resolve(SOURCES, name, "source")(split=split, path=path, **kw)
+    return tasks
+
+
+def verify_source(name: str, split: str = "all", path: str | None = None, **kw: Any) -> VerifyReport:
+    """Replay the gold of source ``name`` through its real environment and the official checker."""
+    report: VerifyReport = _resolve(VERIFIERS, name, "verifier")(split=split, path=path, **kw)
+    return report

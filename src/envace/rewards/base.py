@@ -1,0 +1,27 @@
+"""What every reward function returns. Rewards are plain functions ``(task, trajectory) -> RewardOutput``
+that need no environment (DESIGN.md §3.5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RewardOutput:
+    """A trajectory's score.
+
+    Attributes:
+        score: in [0, 1]; ``None`` when it could not be computed (judge failure): the episode is
+            then masked out of the loss, not scored 0.
+        success: the strict task-success flag (all turns / all checks passed).
+        details: per-check information for logging and debugging.
+    """
+
+    score: float | None
+    success: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def masked(self) -> bool:
+        return self.score is None

@@ -1,0 +1,188 @@
+"""Canonical records shared by data sources, environments, the rollout and the rewards.
+
+Everything here is plain data: JSON-serialisable through :func:`to_json` / ``from_json`` so that a
+``datasets`` dataset can hold it, and free of tensors, models and environments.
+
+A tool schema is an OpenAI-style function description::
+
+    {"name": "cd", "description": "Change directory.", "parameters": {<JSON Schema object>}}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["context", "act", "rehearse"]
+ROLES: tuple[Role, ...] = ("context", "act", "rehearse")
+ROLE_IDS: dict[str, int] = {"context": 0, "act": 1, "rehearse": 2}
+
+ToolSchema = dict[str, Any]
+JSON = Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call a model asked for: a tool name and its JSON arguments."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
+        return cls(name=d["name"], arguments=dict(d.get("arguments") or {}))
+
+    def __hash__(self) -> int:  # arguments is a dict; hash its canonical JSON
+        return hash((self.name, json.dumps(self.arguments, sort_keys=True, default=str)))
+
+
+def error_observation(code: str, message: str) -> dict[str, Any]:
+    """The structured error every failure turns into, never an exception.
+
+    >>> error_observation("UNKNOWN_TOOL", "no tool named 'x'")
+    {'error': {'code': 'UNKNOWN_TOOL', 'message': "no tool named 'x'"}}
+    """
+    return {"error": {"code": code, "message": message}}
+
+
+def is_error(response: JSON) -> bool:
+    """True for a structured error observation (ours, or an environment's ``{"error": ...}``).
+
+    >>> is_error({"error": {"code": "X", "message": "m"}}), is_error({"result": 1}), is_error([1])
+    (True, False, False)
+    """
+    return isinstance(response, dict) and "error" in response
+
+
+@dataclass
+class CallRecord:
+    """A call and the response it got (real, recorded or rehearsed)."""
+
+    call: ToolCall
+    response: JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call": self.call.to_dict(), "response": self.response}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CallRecord:
+        return cls(call=ToolCall.from_dict(d["call"]), response=d["response"])
+
+
+@dataclass
+class Message:
+    """One chat message. ``tool_calls`` only on assistant turns, ``name`` only on tool turns."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.name is not None:
+            d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Message:
+        return cls(
+            role=d["role"],
+            content=d.get("content") or "",
+            tool_calls=[ToolCall.from_dict(c) for c in d.get("tool_calls") or []],
+            name=d.get("name"),
+        )
+
+
+@dataclass
+class Task:
+    """One benchmark item in canonical form.
+
+    Attributes:
+        id: unique within its benchmark.
+        benchmark: ``bfcl``, ``tau2``, ``vitabench``, ``finmcp``, ``chatlog``, ...
+        category: the benchmark's own category (``multi_turn_base``, ``airline``, ...).
+        system_prompt: text of the system turn, without the tool block.
+        tools: tool schemas available from the first turn.
+        user_turns: scripted user messages, one per turn (empty when a user simulator drives).
+        gold: gold calls per user turn (``len(gold) == len(user_turns)`` when known, else empty).
+        tools_added: tools that appear at a given user turn (BFCL ``missed_function``), keyed by
+            the turn index as a string (JSON object keys are strings).
+        user_sim: instructions for a user simulator (tau2, VitaBench), or ``None``.
+        env: how to build the real environment (``{"kind": "bfcl", ...}``), or ``None``.
+        recorded: recorded call/response pairs (Replay responder; FinMCP-style logs).
+        extra: benchmark-specific fields the scorers need (possible answers, outputs, ...).
+    """
+
+    id: str
+    benchmark: str
+    category: str = ""
+    system_prompt: str = ""
+    tools: list[ToolSchema] = field(default_factory=list)
+    user_turns: list[str] = field(default_factory=list)
+    gold: list[list[ToolCall]] = field(default_factory=list)
+    tools_added: dict[str, list[ToolSchema]] = field(default_factory=dict)
+    user_sim: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    recorded: list[CallRecord] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def tools_at(self, turn: int) -> list[ToolSchema]:
+        """Tools visible at user turn ``turn`` (the initial ones plus any added so far)."""
+        tools = list(self.tools)
+        for k in sorted(self.tools_added, key=int):
+            if int(k) <= turn:
+                tools.extend(self.tools_added[k])
+        return tools
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        return json.dumps(d, default=str)
+
+    @classmethod
+    def from_json(cls, s: str | dict[str, Any]) -> Task:
+        d = json.loads(s) if isinstance(s, str) else dict(s)
+        d["gold"] = [[ToolCall.from_dict(c) for c in turn] for turn in d.get("gold") or []]
+        d["recorded"] = [CallRecord.from_dict(r) for r in d.get("recorded") or []]
+        return cls(**d)
+
+
+@dataclass
+class Trajectory:
+    """A finished conversation for a task: messages from the first user turn on.
+
+    Grounded trajectories (gold calls replayed in the real environment) and recorded logs share
+    this form; ``calls`` lists every call with the response it got, in order.
+    """
+
+    task: Task
+    messages: list[Message]
+    calls: list[CallRecord] = field(default_factory=list)
+    source: str = "grounded"
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "task": json.loads(self.task.to_json()),
+                "messages": [m.to_dict() for m in self.messages],
+                "calls": [c.to_dict() for c in self.calls],
+                "source": self.source,
+            },
+            default=str,
+        )
+
+    @classmethod
+    def from_json(cls, s: str | dict[str, Any]) -> Trajectory:
+        d = json.loads(s) if isinstance(s, str) else s
+        return cls(
+            task=Task.from_json(d["task"]),
+            messages=[Message.from_dict(m) for m in d["messages"]],
+            calls=[CallRecord.from_dict(c) for c in d.get("calls") or []],
+            source=d.get("source", "grounded"),
+        )
