@@ -1,0 +1,64 @@
+"""Import bfcl-eval's checkers offline (DESIGN.md §4).
+
+bfcl-eval is installed ``--no-deps``. Its ``constants.model_config`` imports every vendor client
+(openai, anthropic, ...), which we neither have nor need, so a small stand-in module replaces it in
+``sys.modules`` before ``ast_checker`` is imported. ``BFCL_PROJECT_ROOT`` points at a writable
+cache folder instead of site-packages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+
+def cache_dir() -> Path:
+    """Where EnvACE keeps converted models and scratch files (``$ENVACE_CACHE`` or ``~/.cache/envace``)."""
+    root = Path(os.environ.get("ENVACE_CACHE", Path.home() / ".cache" / "envace"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@dataclass(frozen=True)
+class _ModelConfig:
+    """What the checkers read of a model's config: only ``underscore_to_dot``."""
+
+    underscore_to_dot: bool = False
+
+
+class _AnyModel(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> _ModelConfig:
+        return _ModelConfig()
+
+
+@cache
+def _install_stub() -> None:
+    os.environ.setdefault("BFCL_PROJECT_ROOT", str(cache_dir() / "bfcl"))
+    Path(os.environ["BFCL_PROJECT_ROOT"]).mkdir(parents=True, exist_ok=True)
+    name = "bfcl_eval.constants.model_config"
+    if name not in sys.modules:
+        stub = types.ModuleType(name)
+        stub.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
+        sys.modules[name] = stub
+
+
+def bfcl_module(name: str) -> Any:
+    """Import ``bfcl_eval.<name>`` with the offline stand-ins in place.
+
+    >>> bfcl_module("eval_checker.ast_eval.ast_checker").__name__
+    'bfcl_eval.eval_checker.ast_eval.ast_checker'
+    """
+    _install_stub()
+    return importlib.import_module(f"bfcl_eval.{name}")
+
+
+def bfcl_data_dir() -> Path:
+    """The folder of the benchmark's JSON files inside the installed wheel."""
+    _install_stub()
+    return Path(bfcl_module("constants.eval_config").PROMPT_PATH)
