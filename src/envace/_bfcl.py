@@ -17,12 +17,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from envace.paths import cache_dir
 
-def cache_dir() -> Path:
-    """Where EnvACE keeps converted models and scratch files (``$ENVACE_CACHE`` or ``~/.cache/envace``)."""
-    root = Path(os.environ.get("ENVACE_CACHE", Path.home() / ".cache" / "envace"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+__all__ = ["bfcl_data_dir", "bfcl_module", "cache_dir"]
 
 
 @dataclass(frozen=True)
