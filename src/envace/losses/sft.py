@@ -1,0 +1,108 @@
+"""Warm-start loss (DESIGN.md §3.9): role-weighted negative log-likelihood of grounded episodes,
+and the memory-aware log-prob gather shared with the RL loss.
+
+The warm start trains both roles on gold act turns and real tool responses:
+
+    L = − Σ_t w_t log π(y_t) / N,   w_t = weight of token t's role (0 on context/unsampled),
+    N = number of tokens with w_t > 0                                                   (3)
+
+which is the token mean of :mod:`envace.losses.grpo` with the advantage replaced by 1 and no ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from envace.losses.grpo import TRAINED_ROLES, batch_field, role_weight_vector
+from envace.types import ROLE_IDS
+
+
+def _chunk_logprobs(logits: Tensor, labels: Tensor) -> Tensor:
+    x = logits.float()
+    return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+
+def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512) -> Tensor:
+    """``log_softmax(logits)[b, t, labels[b, t]]`` as ``[B, T]`` float32, without a ``[B, T, V]`` copy.
+
+    Args:
+        logits: ``[B, T, V]``, any float dtype; positions already aligned with ``labels`` by the
+            caller (``logits[:, t]`` predicts ``labels[:, t]``).
+        labels: ``[B, T]`` token ids (any valid id on masked positions; pad with 0, not -100).
+        chunk_size: time steps per chunk.
+
+    The log-softmax is computed as ``logit[label] − logsumexp(logits)`` one time chunk at a time in
+    float32. For fp32 logits autograd keeps only views of ``logits`` and ``[B, chunk]`` results;
+    for lower precision the float32 upcast of a chunk would be kept for backward, so each chunk is
+    activation-checkpointed (recomputed in backward) and at most one ``[B, chunk, V]`` float32
+    temporary exists at a time.
+    """
+    if labels.min() < 0:
+        raise ValueError("labels must be valid token ids (got a negative id); mask with loss_mask instead")
+    recompute = torch.is_grad_enabled() and logits.requires_grad and logits.dtype != torch.float32
+    out = []
+    for s in range(0, logits.shape[1], chunk_size):
+        x, y = logits[:, s : s + chunk_size], labels[:, s : s + chunk_size]
+        if recompute:
+            out.append(checkpoint(_chunk_logprobs, x, y, use_reentrant=False))
+        else:
+            out.append(_chunk_logprobs(x, y))
+    if not out:
+        return logits.new_zeros(labels.shape, dtype=torch.float32)
+    return torch.cat(out, dim=1)
+
+
+def role_weighted_nll(
+    logprobs: Tensor,
+    roles: Tensor,
+    loss_mask: Tensor,
+    role_weights: Mapping[str, float] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Equation (3).
+
+    Args:
+        logprobs: ``[B, T]`` log-probs of the target tokens (with gradient).
+        roles: ``[B, T]`` role ids (0 context, 1 act, 2 rehearse).
+        loss_mask: ``[B, T]`` 1 on target tokens (the gold act / real response tokens).
+        role_weights: weight per role name, default 1 each.
+
+    Returns:
+        ``loss`` and detached stats ``tokens/<role>`` and ``nll/<role>`` (mean NLL over the role's
+        target tokens, unweighted).
+    """
+    weights = torch.tensor(role_weight_vector(role_weights or {}), dtype=logprobs.dtype, device=logprobs.device)
+    target = loss_mask.bool() & (roles > 0)
+    w = torch.where(target, weights[roles.long().clamp(0, len(weights) - 1)], torch.zeros_like(logprobs))
+    active = w > 0
+    # inputs set to 0 off the weighted tokens before any arithmetic: weight 0 → gradient exactly 0
+    loss = (w * -torch.where(active, logprobs, torch.zeros_like(logprobs))).sum() / active.sum().clamp_min(1)
+    stats: dict[str, Tensor] = {}
+    with torch.no_grad():
+        nll = -torch.where(target, logprobs, torch.zeros_like(logprobs))
+        for name in TRAINED_ROLES:
+            m = target & (roles == ROLE_IDS[name])
+            stats[f"tokens/{name}"] = m.sum().float()
+            stats[f"nll/{name}"] = ((nll * m).sum() / m.sum().clamp_min(1)).float()
+    return loss, stats
+
+
+class RoleNLLLoss(nn.Module):
+    """Role-weighted NLL (equation (3)), picked in configs by ``class_path``.
+
+    Args:
+        role_weights: loss weight per role, default ``{"act": 1, "rehearse": 1}``.
+    """
+
+    def __init__(self, role_weights: dict[str, float] | None = None) -> None:
+        super().__init__()
+        self.role_weights = dict(role_weights or {"act": 1.0, "rehearse": 1.0})
+        role_weight_vector(self.role_weights)
+
+    def forward(self, batch: Mapping[str, Tensor] | object) -> tuple[Tensor, dict[str, Tensor]]:
+        """Loss of a batch with ``logprobs``, ``roles`` and ``loss_mask`` (mapping or attributes)."""
+        logprobs, roles = batch_field(batch, "logprobs"), batch_field(batch, "roles")
+        return role_weighted_nll(logprobs, roles, batch_field(batch, "loss_mask"), self.role_weights)
