@@ -172,7 +172,7 @@ def load_model(spec: PolicySpec) -> PreTrainedModel:
     else:
         model = AutoModelForCausalLM.from_pretrained(resolve(spec.name_or_path), dtype=dtype)
     if spec.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if spec.lora is not None:
         if spec.gradient_checkpointing:

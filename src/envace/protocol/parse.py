@@ -6,6 +6,7 @@ Model output is data (DESIGN.md §3.4): every failure becomes a structured error
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -65,13 +66,19 @@ class ParsedAct:
 _CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)(" + re.escape(CALL_CLOSE) + r"|$)", re.DOTALL)
 
 
+def _json_in_tags(value: JSON) -> str:
+    """JSON text safe inside our XML-ish tags: ``</`` can only occur inside strings, where the JSON
+    escape ``<\\/`` reads back as the same value."""
+    return json.dumps(value, ensure_ascii=False).replace("</", "<\\/")
+
+
 def render_call(call: ToolCall) -> str:
     """The canonical text of one call; :func:`parse_act` reads it back exactly.
 
     >>> render_call(ToolCall("cd", {"folder": "docs"}))
     '<tool_call>\\n{"name": "cd", "arguments": {"folder": "docs"}}\\n</tool_call>'
     """
-    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    body = _json_in_tags({"name": call.name, "arguments": call.arguments})
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
@@ -95,8 +102,16 @@ def _parameters(tool: ToolSchema) -> dict[str, Any]:
     return _normalise_schema(params)  # type: ignore[no-any-return]
 
 
-_TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "list": "array", "tuple": "array",
-                 "bool": "boolean", "str": "string", "any": None}
+_TYPE_ALIASES = {
+    "dict": "object",
+    "float": "number",
+    "int": "integer",
+    "list": "array",
+    "tuple": "array",
+    "bool": "boolean",
+    "str": "string",
+    "any": None,
+}
 
 
 def _normalise_schema(schema: Any) -> Any:
@@ -163,10 +178,8 @@ def _parse_call_body(body: str) -> ToolCall | dict[str, Any]:
         return error_observation(CallError.MALFORMED, 'a tool call is {"name": <string>, "arguments": {...}}')
     args = obj.get("arguments", {})
     if isinstance(args, str):  # some models double-encode the arguments
-        try:
+        with contextlib.suppress(json.JSONDecodeError, RecursionError):
             args = json.loads(args)
-        except (json.JSONDecodeError, RecursionError):
-            pass
     if not isinstance(args, dict):
         return error_observation(CallError.MALFORMED, "tool call arguments must be a JSON object")
     return ToolCall(obj["name"], args)
@@ -207,7 +220,7 @@ def render_result(response: JSON) -> str:
     >>> render_result({"ok": True})
     '<execution_result>{"ok": true}</execution_result>'
     """
-    return f"{RESULT_OPEN}{json.dumps(response, ensure_ascii=False)}{RESULT_CLOSE}"
+    return f"{RESULT_OPEN}{_json_in_tags(response)}{RESULT_CLOSE}"
 
 
 def parse_rehearsal(text: str) -> JSON:
