@@ -1,0 +1,84 @@
+"""Grounded trajectories: a task's gold calls replayed in its real environment (DESIGN.md §4).
+
+The conversation starts at the first user turn (no system message: the prompt builder adds the
+system prompt and the tool block). Each user turn becomes
+
+1. the user message;
+2. the gold calls, in order, each as an assistant message holding that one call followed by its
+   tool message (``steps="call"``, the default). BFCL's gold for a turn executes in sequence and
+   its later calls often use what an earlier one returned (a user id from ``message_get_user_id``,
+   a file name from ``find``: 78 of the 734 ``multi_turn_base`` turns), so an act turn should see
+   each response before the next call. ``steps="turn"`` instead puts all of a turn's calls in one
+   assistant message followed by one tool message per call;
+3. a tool message's ``content`` is ``json.dumps`` of the real response, ``name`` the tool name;
+4. a closing assistant text message: :data:`DONE_TEXT` after calls, :data:`NO_CALL_TEXT` when the
+   gold for the turn is empty (BFCL ``miss_param``/``miss_func`` turns where the right behaviour is
+   to not call anything and say what is missing).
+
+Works for any task whose environment :func:`envace.envs.make_environment` can build and whose
+``gold`` lists one call list per user turn. Environments with turn-dependent tools expose
+``set_turn(turn)``; it is called before each turn.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from envace.envs.base import Environment, make_environment
+from envace.types import CallRecord, Message, Task, Trajectory
+
+DONE_TEXT = "Done: I have completed this request."
+NO_CALL_TEXT = (
+    "I cannot complete this request with the functions and information I have. "
+    "Please provide the missing details or functions."
+)
+
+
+def ground(
+    task: Task,
+    env: Environment | None = None,
+    steps: Literal["call", "turn"] = "call",
+    done_text: str = DONE_TEXT,
+    no_call_text: str = NO_CALL_TEXT,
+) -> Trajectory:
+    """Replay ``task.gold`` in a real environment and return the grounded conversation.
+
+    Args:
+        task: a task with ``user_turns`` and one gold call list per turn.
+        env: the environment to run in; default: a fresh one from ``make_environment(task)``,
+            closed afterwards (a given one is left open, in its final state).
+        steps: ``"call"``: one assistant message per gold call, each followed by its response;
+            ``"turn"``: one assistant message with all of a turn's calls, then their responses.
+        done_text: the assistant's closing text after a turn with calls.
+        no_call_text: the assistant's text for a turn whose gold is empty.
+    """
+    if steps not in ("call", "turn"):
+        raise ValueError(f"steps must be 'call' or 'turn', got {steps!r}")
+    if len(task.gold) != len(task.user_turns):
+        raise ValueError(f"task {task.id}: {len(task.gold)} gold turns for {len(task.user_turns)} user turns")
+    own = env is None
+    env = env if env is not None else make_environment(task)
+    if env is None:
+        raise ValueError(f"task {task.id}: no real environment to ground in (task.env is empty)")
+    messages: list[Message] = []
+    calls: list[CallRecord] = []
+    try:
+        for turn, (text, gold) in enumerate(zip(task.user_turns, task.gold, strict=True)):
+            set_turn = getattr(env, "set_turn", None)
+            if callable(set_turn):
+                set_turn(turn)
+            messages.append(Message("user", text))
+            if gold and steps == "turn":
+                messages.append(Message("assistant", "", tool_calls=list(gold)))
+            for call in gold:
+                if steps == "call":
+                    messages.append(Message("assistant", "", tool_calls=[call]))
+                response = env.execute(call)
+                calls.append(CallRecord(call, response))
+                messages.append(Message("tool", json.dumps(response, ensure_ascii=False), name=call.name))
+            messages.append(Message("assistant", done_text if gold else no_call_text))
+    finally:
+        if own:
+            env.close()
+    return Trajectory(task=task, messages=messages, calls=calls, source="grounded")

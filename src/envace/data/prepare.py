@@ -1,0 +1,140 @@
+"""``envace data prepare`` and ``envace data verify``: benchmark tasks to a dataset on disk, gold replay.
+
+::
+
+    envace data prepare --source bfcl-multi-turn --split train --out data/prepared/bfcl-mt-train --grounded true
+    envace data verify --source bfcl-multi-turn
+
+A prepared dataset is a Hugging Face :class:`datasets.Dataset` saved with ``save_to_disk``; its
+columns are ``id``, ``benchmark``, ``category``, ``task_json`` (:meth:`Task.to_json`) and, when
+grounded, ``trajectory_json`` (:meth:`Trajectory.to_json`). It is written atomically: into a
+temporary folder next to ``out``, then renamed, so a failure leaves nothing at ``out``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import datasets
+import jsonargparse
+from tqdm import tqdm
+
+from envace.data.grounding import ground
+from envace.data.sources import VerifyReport, load_source, verify_source
+from envace.types import Task
+
+
+def task_rows(tasks: list[Task], grounded: bool = False) -> dict[str, list[str]]:
+    """The dataset columns for ``tasks`` (grounding each one in its real environment if asked)."""
+    rows: dict[str, list[str]] = {"id": [], "benchmark": [], "category": [], "task_json": []}
+    if grounded:
+        rows["trajectory_json"] = []
+    for task in tqdm(tasks, desc="ground" if grounded else "tasks", unit="task", leave=False):
+        rows["id"].append(task.id)
+        rows["benchmark"].append(task.benchmark)
+        rows["category"].append(task.category)
+        rows["task_json"].append(task.to_json())
+        if grounded:
+            rows["trajectory_json"].append(ground(task).to_json())
+    return rows
+
+
+def save_atomic(dataset: datasets.Dataset, out: str | Path, overwrite: bool = False) -> Path:
+    """``dataset.save_to_disk(out)`` all or nothing: a temporary sibling folder, then ``os.replace``.
+
+    Args:
+        dataset: what to save.
+        out: the target folder.
+        overwrite: replace an existing ``out`` (it is kept if anything fails).
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        dataset.save_to_disk(str(tmp / "new"))
+        if out.exists():
+            os.replace(out, tmp / "old")
+        try:
+            os.replace(tmp / "new", out)
+        except OSError:
+            if (tmp / "old").exists():
+                os.replace(tmp / "old", out)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def prepare(
+    source: str,
+    out: str,
+    split: str = "all",
+    path: str | None = None,
+    limit: int | None = None,
+    grounded: bool = False,
+    overwrite: bool = False,
+) -> str:
+    """Load a benchmark source and save its tasks as a dataset folder.
+
+    Args:
+        source: a registered source (``bfcl-multi-turn``, ``bfcl-single-turn``, ``tau2``, ...).
+        out: the folder to write (``datasets`` ``save_to_disk`` layout), written atomically.
+        split: ``train``, ``test`` or ``all``.
+        path: the source's own data location; default: the packaged copy.
+        limit: keep only the first ``limit`` tasks.
+        grounded: replay each task's gold in its real environment and add ``trajectory_json``.
+        overwrite: replace ``out`` if it exists.
+    """
+    tasks = load_source(source, split=split, path=path)
+    if limit is not None:
+        tasks = tasks[:limit]
+    dataset = datasets.Dataset.from_dict(task_rows(tasks, grounded=grounded))
+    save_atomic(dataset, out, overwrite=overwrite)
+    print(f"wrote {len(dataset)} {source}/{split} tasks to {out}")
+    return str(out)
+
+
+def format_report(report: VerifyReport) -> str:
+    """Per-group and total pass counts, then one line per failure."""
+    width = max([len(g) for g in report.per_group] + [5])
+    lines = [f"{g:<{width}}  {p}/{t}" for g, (p, t) in report.per_group.items()]
+    lines.append(f"{'total':<{width}}  {report.passed}/{report.total}")
+    lines += [f"FAIL {f.get('id', '?')}: {f.get('reason', '')}" for f in report.failures]
+    accepted = sum(bool(f.get("checker_valid")) for f in report.failures)
+    if accepted:
+        lines.append(f"({accepted} of the failures pass the official checker alone: gold that breaks its tool docs)")
+    return "\n".join(lines)
+
+
+def verify(
+    source: str = "bfcl-multi-turn", split: str = "all", path: str | None = None, limit: int | None = None
+) -> VerifyReport:
+    """Replay a source's gold in its real environment and official checker; print the pass counts.
+
+    Args:
+        source: a source with a verifier (``bfcl-multi-turn``, ``tau2``).
+        split: ``train``, ``test`` or ``all``.
+        path: the source's own data location; default: the packaged copy.
+        limit: check only the first ``limit`` tasks of each group.
+    """
+    kw: dict[str, Any] = {} if limit is None else {"limit": limit}
+    start = time.perf_counter()
+    report = verify_source(source, split=split, path=path, **kw)
+    print(format_report(report))
+    print(f"{time.perf_counter() - start:.1f} s")
+    return report
+
+
+def data_main(argv: list[str] | None = None) -> int:
+    """``envace data <prepare|verify> ...``; exit status 1 when a verification has failures."""
+    result = jsonargparse.CLI([prepare, verify], args=argv, as_positional=False)
+    if isinstance(result, VerifyReport):
+        return 0 if result.passed == result.total else 1
+    return 0

@@ -1,0 +1,158 @@
+"""BFCL-v4 multi-turn API classes as a real :class:`~envace.envs.base.Environment`.
+
+Each involved class (``GorillaFileSystem``, ``TwitterAPI``, ...) comes from bfcl-eval's
+``eval_checker/multi_turn_eval/func_source_code`` and is loaded with the task's initial
+configuration exactly as bfcl-eval's ``execute_multi_turn_func_call`` does (a deep copy of the
+class's config, ``long_context`` passed through, stateless classes left unconfigured). Unlike
+bfcl-eval, nothing is ``eval``-ed: a call is validated against the tools visible at the current
+turn, then dispatched by name to the public method of the class that owns it. Only names that
+appear in the task's tool docs *and* are public methods of an involved class can be called.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+from typing import Any
+
+from envace._bfcl import bfcl_module
+from envace.envs.base import Environment
+from envace.protocol.parse import tool_name, validate_call
+from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation
+
+EXECUTION_ERROR = "EXECUTION_ERROR"
+
+
+def to_json(value: Any, _path: tuple[int, ...] = ()) -> JSON:
+    """A JSON view of a Python value: objects become their public attributes, the rest ``str``.
+
+    Objects are expanded to ``{"__class__": name, <public attributes>}``; an object that is already
+    being expanded higher up (``Directory.parent``) becomes a short ``"<Class (cycle)>"`` marker.
+
+    >>> to_json({1: (2.5, {"a"}), "t": datetime.date(2024, 1, 2), "x": float("nan")})
+    {'1': [2.5, ['a']], 't': '2024-01-02', 'x': 'nan'}
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): to_json(v, _path) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v, _path) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((to_json(v, _path) for v in value), key=str)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if hasattr(value, "__dict__"):
+        if id(value) in _path:
+            return f"<{type(value).__name__} (cycle)>"
+        inner = (*_path, id(value))
+        state = {k: to_json(v, inner) for k, v in vars(value).items() if not k.startswith("_")}
+        return {"__class__": type(value).__name__, **state}
+    return str(value)
+
+
+def public_state(instance: Any) -> dict[str, JSON]:
+    """The attributes bfcl-eval's state checker compares (``vars`` minus ``_private``), as JSON."""
+    return {k: to_json(v) for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+def load_instance(class_name: str, initial_config: dict[str, Any], long_context: bool = False) -> Any:
+    """A fresh, configured instance of one BFCL API class (as ``execute_multi_turn_func_call`` builds it).
+
+    Args:
+        class_name: a key of bfcl-eval's ``CLASS_FILE_PATH_MAPPING`` (``"GorillaFileSystem"``, ...).
+        initial_config: the task's ``initial_config`` (all classes); this class's part is deep-copied.
+        long_context: passed to ``_load_scenario`` (``multi_turn_long_context`` tasks).
+    """
+    backend = bfcl_module("constants.executable_backend_config")
+    if class_name not in backend.CLASS_FILE_PATH_MAPPING:
+        raise ValueError(f"unknown BFCL class {class_name!r}; known: {sorted(backend.CLASS_FILE_PATH_MAPPING)}")
+    module_name = backend.CLASS_FILE_PATH_MAPPING[class_name].removeprefix("bfcl_eval.")
+    instance = getattr(bfcl_module(module_name), class_name)()
+    if class_name not in backend.STATELESS_CLASSES:
+        instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+    return instance
+
+
+def _response(result: Any) -> JSON:
+    """A method's return value as a tool response; scalars and ``None`` are wrapped in ``{"result": ...}``."""
+    value = to_json(result)
+    return value if isinstance(value, dict | list) else {"result": value}
+
+
+class BFCLEnvironment(Environment):
+    """The live API instances of one BFCL multi-turn task.
+
+    Args:
+        initial_config: the task's ``initial_config``.
+        involved_classes: class names, in the task's order (a method defined by two classes goes to
+            the later one, as in bfcl-eval).
+        tools: tool docs visible from the first turn.
+        tools_added: docs that become visible at a turn (``{"3": [doc, ...]}``; BFCL ``missed_function``).
+        long_context: load the long-context variant of each scenario.
+    """
+
+    def __init__(
+        self,
+        initial_config: dict[str, Any],
+        involved_classes: list[str],
+        tools: list[ToolSchema],
+        tools_added: dict[str, list[ToolSchema]] | None = None,
+        long_context: bool = False,
+    ) -> None:
+        self._instances = {c: load_instance(c, initial_config, long_context) for c in involved_classes}
+        self._task = Task(id="", benchmark="bfcl", tools=list(tools), tools_added=dict(tools_added or {}))
+        self._turn = 0
+        all_names = {tool_name(t) for t in self._task.tools_at(10**9)}
+        self._owner: dict[str, str] = {}
+        for class_name, instance in self._instances.items():
+            for name in all_names:
+                if not name.startswith("_") and callable(getattr(type(instance), name, None)):
+                    self._owner[name] = class_name
+
+    @classmethod
+    def from_task(cls, task: Task) -> BFCLEnvironment:
+        """Build the environment of a BFCL multi-turn task (``task.env["kind"] == "bfcl"``)."""
+        if not task.env or task.env.get("kind") != "bfcl":
+            raise ValueError(f"task {task.id}: not a BFCL multi-turn task (env={task.env!r})")
+        return cls(
+            initial_config=task.env.get("initial_config") or {},
+            involved_classes=list(task.env["involved_classes"]),
+            tools=task.tools,
+            tools_added=task.tools_added,
+            long_context=bool(task.env.get("long_context", False)),
+        )
+
+    def set_turn(self, turn: int) -> None:
+        """Move to user turn ``turn`` (0-based): tools added at or before it become visible."""
+        self._turn = turn
+
+    def tools(self) -> list[ToolSchema]:
+        """The tool docs visible at the current turn."""
+        return self._task.tools_at(self._turn)
+
+    def execute(self, call: ToolCall) -> JSON:
+        """Validate ``call`` against the visible tools, run it, and return its JSON response or error."""
+        invalid = validate_call(call, self.tools())
+        if invalid is not None:
+            return invalid
+        class_name = self._owner.get(call.name)
+        if class_name is None:
+            return error_observation("UNKNOWN_TOOL", f"no involved class implements {call.name!r}")
+        method = getattr(self._instances[class_name], call.name)
+        try:
+            result = method(**call.arguments)
+        except Exception as exc:  # the API code is not ours: any failure becomes an observation
+            return error_observation(EXECUTION_ERROR, f"{call.name}: {type(exc).__name__}: {exc}")
+        return _response(result)
+
+    def snapshot(self) -> JSON:
+        """``{class name: public state}`` of every involved instance."""
+        return {name: public_state(inst) for name, inst in self._instances.items()}
+
+    def instances(self) -> dict[str, Any]:
+        """The live API objects by class name (for tests and state comparison)."""
+        return dict(self._instances)
