@@ -1,0 +1,106 @@
+"""Reward functions by name, and the choice of reward for a task.
+
+A reward is a plain function ``(task, traj) -> RewardOutput`` (DESIGN.md §3.5, STYLE.md row 4).
+:data:`REWARDS` names them as ``"module:function"`` strings, imported on first use, so that a
+benchmark's heavy imports (bfcl-eval, tau2) happen only when its reward is used.
+
+Which reward a task gets (:func:`reward_for`):
+
+===================================  =====================
+task                                 reward
+===================================  =====================
+``task.extra["reward"]`` is set      that name (override)
+bfcl, category ``multi_turn_*``      ``bfcl-multi-turn``
+bfcl, single-turn AST categories     ``bfcl-single-turn``
+tau2                                 ``tau2``
+vitabench                            ``vitabench``
+finmcp, chatlog                      ``toolf1``
+===================================  =====================
+
+BFCL's agentic categories (memory, web search) and format sensitivity have no offline reward here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import cache
+
+from envace.rewards.base import RewardOutput
+from envace.types import Task, Trajectory
+
+RewardFn = Callable[[Task, Trajectory], RewardOutput]
+
+REWARDS: dict[str, str] = {
+    "bfcl-single-turn": "envace.rewards.bfcl:bfcl_single_turn",
+    "bfcl-multi-turn": "envace.rewards.bfcl:bfcl_multi_turn",
+    "tau2": "envace.rewards.tau2:tau2_reward",
+    "toolf1": "envace.rewards.toolf1:tool_f1",
+    "vitabench": "envace.rewards.vitabench:vitabench_proxy",
+    "judge": "envace.rewards.judge:judge_reward",
+}
+
+BY_BENCHMARK: dict[str, str] = {"tau2": "tau2", "vitabench": "vitabench", "finmcp": "toolf1", "chatlog": "toolf1"}
+
+_BFCL_SINGLE_TURN_PREFIXES = ("simple", "multiple", "parallel", "irrelevance", "live_")
+
+
+@cache
+def get_reward(name: str) -> RewardFn:
+    """The reward function registered as ``name`` (imported on first use).
+
+    >>> get_reward("bfcl-multi-turn").__name__
+    'bfcl_multi_turn'
+    """
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}")
+    module, fn = REWARDS[name].split(":")
+    return getattr(importlib.import_module(module), fn)  # type: ignore[no-any-return]
+
+
+def reward_name(task: Task) -> str:
+    """The registry name of the reward for ``task`` (see the table in this module's docstring).
+
+    >>> reward_name(Task(id="x", benchmark="bfcl", category="multi_turn_base"))
+    'bfcl-multi-turn'
+    >>> reward_name(Task(id="x", benchmark="bfcl", category="live_parallel"))
+    'bfcl-single-turn'
+    """
+    if task.extra.get("reward"):
+        return str(task.extra["reward"])
+    if task.benchmark == "bfcl":
+        if task.category.startswith("multi_turn"):
+            return "bfcl-multi-turn"
+        if task.category.startswith(_BFCL_SINGLE_TURN_PREFIXES):
+            return "bfcl-single-turn"
+        raise ValueError(f"no offline reward for BFCL category {task.category!r} (task {task.id})")
+    if task.benchmark in BY_BENCHMARK:
+        return BY_BENCHMARK[task.benchmark]
+    raise ValueError(f"no reward for benchmark {task.benchmark!r} (task {task.id}); set task.extra['reward']")
+
+
+def reward_for(task: Task) -> RewardFn:
+    """The reward function for ``task``."""
+    return get_reward(reward_name(task))
+
+
+def compute_reward(task: Task, traj: Trajectory, strict: bool = False) -> RewardOutput:
+    """Score ``traj`` with :func:`reward_for` ``(task)``.
+
+    Args:
+        task: the task the trajectory attempted.
+        traj: the finished trajectory.
+        strict: re-raise an exception of the reward function; by default it masks the episode
+            (``score=None``, the exception in ``details["error"]``): a reward that cannot be
+            computed must not stop a training run nor score 0 (DESIGN.md §3.5).
+    """
+    fn = reward_for(task)
+    try:
+        return fn(task, traj)
+    except Exception as exc:
+        if strict:
+            raise
+        return RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}", "reward": reward_name(task)})
+
+
+__all__ = ["REWARDS", "RewardFn", "RewardOutput", "compute_reward", "get_reward", "reward_for", "reward_name"]

@@ -1,0 +1,324 @@
+"""BFCL rewards on hand-made tasks and on real BFCL items from bfcl-eval's wheel."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+
+from envace.rewards import REWARDS, compute_reward, get_reward, reward_for, reward_name
+from envace.rewards.bfcl import bfcl_multi_turn, bfcl_single_turn, calls_equivalent, calls_per_turn
+from envace.types import Message, Task, ToolCall, Trajectory
+
+# --------------------------------------------------------------------------- helpers
+
+
+def traj_of(task: Task, turns: list[list[ToolCall]]) -> Trajectory:
+    """One user message per task user turn, then one assistant message with that turn's calls."""
+    messages: list[Message] = []
+    for text, calls in zip(task.user_turns, turns, strict=False):
+        messages += [Message("user", text), Message("assistant", tool_calls=list(calls))]
+    return Trajectory(task, messages)
+
+
+def _option(options: list[Any]) -> Any:
+    """The first option that is not ``""`` (BFCL's "may be omitted" marker), else ``_OMIT``."""
+    return next((first_choice(x) for x in options if x != ""), _OMIT)
+
+
+_OMIT = object()
+
+
+def first_choice(possible: Any) -> Any:
+    """A concrete value from a BFCL possible-answer entry: the first usable option, recursively."""
+    if isinstance(possible, dict):
+        picked = {k: _option(v) for k, v in possible.items()}
+        return {k: v for k, v in picked.items() if v is not _OMIT}
+    if isinstance(possible, list):
+        return [first_choice(v) for v in possible]
+    return possible
+
+
+def gold_output(answer: list[dict[str, Any]]) -> list[ToolCall]:
+    return [ToolCall(name, first_choice(params)) for fn in answer for name, params in fn.items()]
+
+
+# Records where the first non-empty option of some argument is not a valid output, so only a
+# cleverer pick would pass: an empty option list for a required argument (live_simple_106/112);
+# an option for a key that is not a parameter of that function, where only omitting it passes
+# (parallel_multiple_26: "type" belongs to the "transactions" items; parallel_multiple_12:
+# "permeability" belongs to the other function).
+DATA_QUIRKS = {"live_simple_106-63-0", "live_simple_112-68-0", "parallel_multiple_12", "parallel_multiple_26"}
+
+
+@cache
+def single_turn(category: str) -> dict[str, Task]:
+    from envace.data.sources.bfcl import load_single_turn
+
+    return {t.id: t for t in load_single_turn(categories=[category])}
+
+
+@cache
+def multi_turn() -> dict[str, Task]:
+    from envace.data.sources.bfcl import load_multi_turn
+
+    return {t.id: t for t in load_multi_turn()}
+
+
+def perturbations(call: ToolCall) -> list[tuple[str, ToolCall]]:
+    """Single-argument changes of a call: each value changed, each argument dropped, one added."""
+    out = [
+        ("name", ToolCall(call.name + "_x", call.arguments)),
+        ("extra arg", ToolCall(call.name, {**call.arguments, "zz_extra": 1})),
+    ]
+    for key, value in call.arguments.items():
+        if isinstance(value, bool):
+            changed: Any = not value
+        elif isinstance(value, int | float):
+            changed = value + 1
+        elif isinstance(value, str):
+            changed = value + "_x"
+        elif isinstance(value, list):
+            changed = [*value, value[0]] if value else ["x"]
+        else:
+            changed = {**value, "zz": 1} if isinstance(value, dict) else "x"
+        out.append((f"{key} changed", ToolCall(call.name, {**call.arguments, key: changed})))
+        out.append((f"{key} dropped", ToolCall(call.name, {k: v for k, v in call.arguments.items() if k != key})))
+    return out
+
+
+# --------------------------------------------------------------------------- single turn
+
+
+@pytest.mark.parametrize("category", ["simple_python", "multiple", "parallel", "parallel_multiple", "live_simple"])
+def test_single_turn_gold_scores_one_on_real_items(category: str) -> None:
+    tasks = single_turn(category)
+    failed = {
+        t.id
+        for t in tasks.values()
+        if not bfcl_single_turn(t, traj_of(t, [gold_output(t.extra["possible_answer"])])).success
+    }
+    assert failed == {i for i in DATA_QUIRKS if i in tasks}
+
+
+def test_single_turn_hand_example_and_perturbations() -> None:
+    task = single_turn("simple_python")["simple_python_0"]
+    # ground truth: calculate_triangle_area(base=10, height=5, unit in {"units", omitted})
+    gold = ToolCall("calculate_triangle_area", {"base": 10, "height": 5})
+    assert bfcl_single_turn(task, traj_of(task, [[gold]])).score == 1.0
+    assert bfcl_single_turn(task, traj_of(task, [[ToolCall(gold.name, {**gold.arguments, "unit": "units"})]])).success
+    assert bfcl_single_turn(task, traj_of(task, [[]])).score == 0.0  # empty output, gold non-empty
+    assert bfcl_single_turn(task, traj_of(task, [[gold, gold]])).score == 0.0  # wrong count
+    for what, bad in perturbations(gold):
+        assert bfcl_single_turn(task, traj_of(task, [[bad]])).score == 0.0, what
+    for what, bad in [("unit", {"unit": "meters"}), ("type", {"base": "10"})]:
+        r = bfcl_single_turn(task, traj_of(task, [[ToolCall(gold.name, {**gold.arguments, **bad})]]))
+        assert r.score == 0.0 and r.details["error"], what
+
+
+def test_single_turn_parallel_ignores_order_and_perturbations_fail() -> None:
+    task = single_turn("parallel")["parallel_0"]
+    gold = gold_output(task.extra["possible_answer"])
+    assert len(gold) >= 2
+    assert bfcl_single_turn(task, traj_of(task, [gold[::-1]])).success
+    for i, call in enumerate(gold):
+        for what, bad in perturbations(call):
+            calls = [*gold[:i], bad, *gold[i + 1 :]]
+            r = bfcl_single_turn(task, traj_of(task, [calls]))
+            # dropping an argument that is optional in the answer keeps the call valid
+            optional = what.endswith("dropped") and "" in task.extra["possible_answer"][i][call.name][what.split()[0]]
+            assert r.score == (1.0 if optional else 0.0), (i, what)
+
+
+def test_single_turn_irrelevance_and_relevance() -> None:
+    task = next(iter(single_turn("irrelevance").values()))
+    fn = task.tools[0]["name"]
+    assert bfcl_single_turn(task, traj_of(task, [[]])).score == 1.0
+    assert bfcl_single_turn(task, traj_of(task, [[ToolCall(fn, {})]])).score == 0.0
+    rel = next(iter(single_turn("live_relevance").values()))
+    assert bfcl_single_turn(rel, traj_of(rel, [[]])).score == 0.0
+    assert bfcl_single_turn(rel, traj_of(rel, [[ToolCall(rel.tools[0]["name"], {})]])).score == 1.0
+
+
+def test_single_turn_java_uses_original_docs() -> None:
+    # the source's hinted Java docs say "string" for every type; the checker needs the originals
+    task = single_turn("simple_java")["simple_java_0"]
+    gold = ToolCall("GeometryPresentation.createPresentation", {"controller": "mapController", "parent": "mapArea"})
+    assert all(p["type"] == "string" for p in task.tools[0]["parameters"]["properties"].values())
+    assert bfcl_single_turn(task, traj_of(task, [[gold]])).score == 1.0
+    bad = ToolCall(gold.name, {"controller": "mapController", "parent": "otherArea"})
+    assert bfcl_single_turn(task, traj_of(task, [[bad]])).score == 0.0
+
+
+def test_single_turn_underscored_name_and_odd_values() -> None:
+    task = Task(
+        id="h",
+        benchmark="bfcl",
+        category="simple_python",
+        tools=[
+            {
+                "name": "math.factorial",
+                "parameters": {"type": "dict", "properties": {"number": {"type": "integer"}}, "required": ["number"]},
+            }
+        ],
+        user_turns=["5!"],
+        extra={"possible_answer": [{"math.factorial": {"number": [5]}}]},
+    )
+    assert bfcl_single_turn(task, traj_of(task, [[ToolCall("math_factorial", {"number": 5})]])).success
+    assert not bfcl_single_turn(task, traj_of(task, [[ToolCall("math.factorial", {"number": [5]})]])).success
+    no_answer = Task(id="n", benchmark="bfcl", category="simple_python", user_turns=["x"])
+    assert bfcl_single_turn(no_answer, traj_of(no_answer, [[]])).masked
+
+
+# --------------------------------------------------------------------------- multi turn
+
+LS = {"name": "ls", "parameters": {"type": "dict", "properties": {"a": {"type": "boolean", "default": False}}}}
+CD = {
+    "name": "cd",
+    "parameters": {"type": "dict", "properties": {"folder": {"type": "string"}}, "required": ["folder"]},
+}
+FIND = {
+    "name": "find",
+    "parameters": {
+        "type": "dict",
+        "properties": {"path": {"type": "string", "default": "."}, "name": {"type": "string", "default": "None"}},
+    },
+}
+
+
+def hand_task() -> Task:
+    return Task(
+        id="mt",
+        benchmark="bfcl",
+        category="multi_turn_base",
+        tools=[LS, CD, FIND],
+        user_turns=["go to docs", "nothing to do", "list all"],
+        gold=[[ToolCall("cd", {"folder": "docs"}), ToolCall("ls", {})], [], [ToolCall("ls", {"a": True})]],
+    )
+
+
+def test_multi_turn_hand_example() -> None:
+    task = hand_task()
+    gold = [list(t) for t in task.gold]
+    r = bfcl_multi_turn(task, traj_of(task, gold))
+    assert (r.score, r.success, r.details["turns"]) == (1.0, True, [True, True, True])
+    # extra calls around the gold calls are allowed (subsequence), order is not
+    extra = [
+        [ToolCall("ls", {}), ToolCall("cd", {"folder": "docs"}), ToolCall("find", {}), ToolCall("ls", {})],
+        [],
+        gold[2],
+    ]
+    assert bfcl_multi_turn(task, traj_of(task, extra)).score == 1.0
+    swapped = [gold[0][::-1], [], gold[2]]
+    assert bfcl_multi_turn(task, traj_of(task, swapped)).details["turns"] == [False, True, True]
+    # a call in the empty gold turn fails that turn only: 2/3
+    busy = [gold[0], [ToolCall("ls", {})], gold[2]]
+    r = bfcl_multi_turn(task, traj_of(task, busy))
+    assert r.score == pytest.approx(2 / 3) and not r.success
+    # empty episode: only the empty gold turn passes -> 1/3; no user messages at all -> 0
+    assert bfcl_multi_turn(task, traj_of(task, [[], [], []])).score == pytest.approx(1 / 3)
+    assert bfcl_multi_turn(task, Trajectory(task, [])).score == 0.0
+    # an episode that stopped after turn 0: unreached turns fail
+    assert bfcl_multi_turn(task, traj_of(task, gold[:1])).details["turns"] == [True, False, False]
+
+
+def test_argument_equivalence_rules() -> None:
+    # numbers compare numerically, tuples equal lists, booleans are not numbers
+    assert calls_equivalent(ToolCall("f", {"x": 1, "y": (1, 2)}), ToolCall("f", {"x": 1.0, "y": [1, 2]}))
+    assert not calls_equivalent(ToolCall("f", {"x": 1}), ToolCall("f", {"x": True}))
+    assert not calls_equivalent(ToolCall("f", {"x": "1"}), ToolCall("f", {"x": 1}))
+    # an omitted argument equals its schema default, on either side; "None" defaults equal null
+    assert calls_equivalent(ToolCall("ls", {}), ToolCall("ls", {"a": False}), LS)
+    assert calls_equivalent(ToolCall("ls", {"a": False}), ToolCall("ls", {}), LS)
+    assert not calls_equivalent(ToolCall("ls", {}), ToolCall("ls", {"a": True}), LS)
+    assert calls_equivalent(ToolCall("find", {"path": "."}), ToolCall("find", {"name": None}), FIND)
+    # without a schema default a missing argument fails
+    assert not calls_equivalent(ToolCall("cd", {"folder": "a"}), ToolCall("cd", {}), CD)
+    assert not calls_equivalent(ToolCall("cd", {}), ToolCall("cd", {"x": None}), CD)
+
+
+def test_turns_split_on_user_messages() -> None:
+    ms = [
+        Message("assistant", tool_calls=[ToolCall("a")]),
+        Message("user", "u1"),
+        Message("assistant", tool_calls=[ToolCall("b")]),
+        Message("tool", "{}", name="b"),
+        Message("assistant", tool_calls=[ToolCall("c")]),
+        Message("user", "u2"),
+        Message("assistant", "done"),
+    ]
+    assert [[c.name for c in t] for t in calls_per_turn(ms)] == [["a", "b", "c"], []]
+
+
+def test_multi_turn_gold_scores_one_on_all_real_tasks() -> None:
+    tasks = multi_turn()
+    assert len(tasks) == 800
+    for task in tasks.values():
+        r = bfcl_multi_turn(task, traj_of(task, task.gold))
+        assert r.success and r.score == 1.0, task.id
+        # an empty episode scores the fraction of empty gold turns, below 1 on every task
+        empty = bfcl_multi_turn(task, traj_of(task, [[] for _ in task.gold]))
+        assert empty.score == pytest.approx(sum(not g for g in task.gold) / len(task.gold)) and empty.score < 1
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "multi_turn_base_0",
+        "multi_turn_base_1",
+        "multi_turn_miss_param_3",
+        "multi_turn_miss_func_5",
+        "multi_turn_long_context_10",
+    ],
+)
+def test_multi_turn_single_argument_perturbations_lower_the_reward(task_id: str) -> None:
+    task = multi_turn()[task_id]
+    n = len(task.gold)
+    checked = 0
+    for t, turn in enumerate(task.gold):
+        schemas = {s["name"]: s for s in task.tools_at(t)}
+        for i, call in enumerate(turn):
+            defaults = schemas[call.name]["parameters"]["properties"]
+            for what, bad in perturbations(call):
+                key = what.split()[0]
+                if what.endswith("dropped") and "default" in defaults.get(key, {}):
+                    continue  # dropping an argument equal to its default is the same call
+                episode = [list(g) for g in task.gold]
+                episode[t] = [*turn[:i], bad, *turn[i + 1 :]]
+                r = bfcl_multi_turn(task, traj_of(task, episode))
+                assert r.score == pytest.approx(1 - 1 / n), (t, i, what)
+                assert r.details["turns"][t] is False
+                checked += 1
+    assert checked > 5
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_registry_and_dispatch() -> None:
+    mt, st = hand_task(), single_turn("simple_python")["simple_python_0"]
+    assert reward_for(mt) is bfcl_multi_turn and reward_for(st) is bfcl_single_turn
+    assert reward_name(Task(id="t", benchmark="tau2")) == "tau2"
+    assert reward_name(Task(id="t", benchmark="finmcp")) == "toolf1"
+    assert reward_name(Task(id="t", benchmark="vitabench", extra={"reward": "judge"})) == "judge"
+    with pytest.raises(ValueError, match="memory"):
+        reward_name(Task(id="t", benchmark="bfcl", category="memory_kv"))
+    with pytest.raises(ValueError, match="unknown reward"):
+        get_reward("nope")
+    assert set(REWARDS) >= {"bfcl-single-turn", "bfcl-multi-turn", "tau2", "toolf1", "vitabench", "judge"}
+    assert compute_reward(mt, traj_of(mt, mt.gold)).score == 1.0
+
+
+def test_compute_reward_masks_a_failing_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    import envace.rewards
+
+    def boom(task: Task, traj: Trajectory) -> Any:
+        raise KeyError("gold")
+
+    monkeypatch.setattr(envace.rewards, "get_reward", lambda name: boom)
+    task = hand_task()
+    with pytest.raises(KeyError):
+        compute_reward(task, traj_of(task, task.gold), strict=True)
+    out = compute_reward(task, traj_of(task, task.gold))
+    assert out.masked and "KeyError" in out.details["error"]
