@@ -51,11 +51,11 @@ def test_prepare_writes_a_grounded_dataset_that_loads_back(tmp_path):
 
 def test_an_existing_output_is_kept_unless_overwrite(tmp_path, mini):
     out = tmp_path / "ds"
-    prepare("bfcl-multi-turn", str(out), path=mini, limit=1)
+    prepare("bfcl-multi-turn", "all", str(out), path=mini, limit=1)
     with pytest.raises(FileExistsError):
-        prepare("bfcl-multi-turn", str(out), path=mini, limit=2)
+        prepare("bfcl-multi-turn", "all", str(out), path=mini, limit=2)
     assert len(datasets.load_from_disk(str(out))) == 1
-    prepare("bfcl-multi-turn", str(out), path=mini, limit=2, overwrite=True)
+    prepare("bfcl-multi-turn", "all", str(out), path=mini, limit=2, overwrite=True)
     assert len(datasets.load_from_disk(str(out))) == 2 and leftovers(tmp_path) == ["ds"]
 
 
@@ -72,7 +72,7 @@ def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch, mini):
     real_ground = prep.ground
     monkeypatch.setattr(prep, "ground", flaky_ground)
     with pytest.raises(RuntimeError, match="boom"):
-        prepare("bfcl-multi-turn", str(out), path=mini, limit=3, grounded=True)
+        prepare("bfcl-multi-turn", "all", str(out), path=mini, limit=3, grounded=True)
     assert leftovers(tmp_path) == []
 
 
@@ -84,23 +84,38 @@ def test_a_failing_save_leaves_nothing(tmp_path, monkeypatch, mini):
 
     monkeypatch.setattr(datasets.Dataset, "save_to_disk", half_save)
     with pytest.raises(OSError, match="disk full"):
-        prepare("bfcl-multi-turn", str(tmp_path / "ds"), path=mini, limit=2)
+        prepare("bfcl-multi-turn", "all", str(tmp_path / "ds"), path=mini, limit=2)
     assert leftovers(tmp_path) == []
 
 
 def test_bad_path_and_malformed_records_write_nothing(tmp_path):
     out = tmp_path / "out" / "ds"
     with pytest.raises(FileNotFoundError, match="nope"):
-        data_main(["prepare", "--source", "bfcl-multi-turn", "--path", str(tmp_path / "nope"), "--out", str(out)])
+        data_main(
+            [
+                "prepare",
+                "--source",
+                "bfcl-multi-turn",
+                "--split",
+                "all",
+                "--path",
+                str(tmp_path / "nope"),
+                "--out",
+                str(out),
+            ]
+        )
     root = mini_bfcl(tmp_path / "bfcl")
-    assert data_main(["prepare", "--source", "bfcl-multi-turn", "--path", str(root), "--out", str(out)]) == 0
+    assert (
+        data_main(["prepare", "--source", "bfcl-multi-turn", "--split", "all", "--path", str(root), "--out", str(out)])
+        == 0
+    )
     assert len(datasets.load_from_disk(str(out))) == 12
     broken = root / "possible_answer" / "BFCL_v4_multi_turn_miss_param.json"
     lines = broken.read_text().splitlines()
     lines[2] = lines[2].replace('"ground_truth"', '"truth"')
     broken.write_text("\n".join(lines) + "\n")
     with pytest.raises(RecordError, match=r"BFCL_v4_multi_turn_miss_param.json, line 3, field 'ground_truth'"):
-        prepare("bfcl-multi-turn", str(tmp_path / "other"), path=str(root))
+        prepare("bfcl-multi-turn", "all", str(tmp_path / "other"), path=str(root))
     assert not (tmp_path / "other").exists()
 
 

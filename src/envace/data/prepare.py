@@ -74,8 +74,8 @@ def save_atomic(dataset: datasets.Dataset, out: str | Path, overwrite: bool = Fa
 
 def prepare(
     source: str,
+    split: str,
     out: str,
-    split: str = "all",
     path: str | None = None,
     limit: int | None = None,
     grounded: bool = False,
@@ -85,8 +85,8 @@ def prepare(
 
     Args:
         source: a registered source (``bfcl-multi-turn``, ``bfcl-single-turn``, ``tau2``, ...).
-        out: the folder to write (``datasets`` ``save_to_disk`` layout), written atomically.
         split: ``train``, ``test`` or ``all``.
+        out: the folder to write (``datasets`` ``save_to_disk`` layout), written atomically.
         path: the source's own data location; default: the packaged copy.
         limit: keep only the first ``limit`` tasks.
         grounded: replay each task's gold in its real environment and add ``trajectory_json``.
