@@ -226,15 +226,20 @@ def test_role_grpo_loss_masked_episode_leaves_loss_identical() -> None:
     assert s4["tokens/act"] == s5["tokens/act"] and s5["reward/valid_frac"].item() == pytest.approx(0.8)
 
 
-def test_role_grpo_loss_matches_hand_computation() -> None:
-    # kl off, ratios within the clip range where it matters; hand-compute -sum(min(...)) / N
-    loss_fn = RoleGRPOLoss(clip_eps=10.0)  # no clipping at all
+@pytest.mark.parametrize("adv_by", ["episode", "invocation"])
+def test_role_grpo_loss_matches_hand_computation(adv_by: str) -> None:
+    # kl off, no clipping; hand-compute -sum(ratio * A) / N
+    loss_fn = RoleGRPOLoss(clip_eps=10.0, adv_by=adv_by)
     b = _batch()
     loss, stats = loss_fn(b)
-    # group 0: rewards 1, 0 -> act/rehearse advantages +0.5, -0.5
-    # group 1: episode 2 has no rehearse -> act baseline (0.5 + 0.25)/2 = 0.375 -> +0.125, -0.125;
-    #          rehearse set = {episode 3} alone -> flat -> 0
-    adv = torch.tensor([[0, 0.5, 0.5, 0.5], [0, -0.5, -0.5, -0.5], [0, 0.125, 0.125, 0], [0, -0.125, 0, -0.125]])
+    # group 0: rewards 1, 0; both episodes have 2 act spans and 1 rehearse span, so either way
+    #          act/rehearse advantages are +0.5, -0.5
+    # group 1: rehearse set = {episode 3} alone -> flat -> 0. Act:
+    #   by episode:    baseline (0.5 + 0.25) / 2 = 0.375      -> +0.125, -0.125
+    #   by invocation: episode 2 has 1 act span (its 2nd act token is padding), episode 3 has 2
+    #                  baseline (0.5 * 1 + 0.25 * 2) / 3 = 1/3  -> +1/6, -1/12
+    a2, a3 = (0.125, -0.125) if adv_by == "episode" else (1 / 6, -1 / 12)
+    adv = torch.tensor([[0, 0.5, 0.5, 0.5], [0, -0.5, -0.5, -0.5], [0, a2, a2, 0], [0, a3, 0, a3]])
     ratio = torch.exp(b.logprobs.detach() - b.old_logprobs)
     n = b.loss_mask.sum()  # 3 + 3 + 2 + 3 = 11 sampled tokens
     assert n.item() == 11

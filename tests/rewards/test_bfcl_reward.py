@@ -307,6 +307,8 @@ def test_registry_and_dispatch() -> None:
     with pytest.raises(ValueError, match="unknown reward"):
         get_reward("nope")
     assert set(REWARDS) >= {"bfcl-single-turn", "bfcl-multi-turn", "tau2", "toolf1", "vitabench", "judge"}
+    for name in REWARDS:  # every "module:function" string resolves
+        assert callable(get_reward(name)), name
     assert compute_reward(mt, traj_of(mt, mt.gold)).score == 1.0
 
 

@@ -303,7 +303,9 @@ class RoleGRPOLoss(nn.Module):
         clip_eps_high: ε_high (``None`` = ``clip_eps``; > ε_low is DAPO's clip-higher).
         kl_coef: β of the k3 KL to the reference; 0 (the paper's value) skips it.
         role_weights: loss weight per role, e.g. ``{"act": 1, "rehearse": 0}`` trains the caller only.
-        adv_by: ``"episode"`` or ``"invocation"`` baseline weighting (see :func:`rolewise_advantages`).
+        adv_by: baseline weighting (see :func:`rolewise_advantages`): ``"invocation"`` (default) is
+            upstream's mean over the role's rows, one row per generation; ``"episode"`` counts each
+            episode once. Invocations are counted as sampled spans unless the batch gives ``role_counts``.
         scale_std: divide advantages by the group-role std (the paper does not).
     """
 
@@ -313,7 +315,7 @@ class RoleGRPOLoss(nn.Module):
         clip_eps_high: float | None = None,
         kl_coef: float = 0.0,
         role_weights: dict[str, float] | None = None,
-        adv_by: Literal["episode", "invocation"] = "episode",
+        adv_by: Literal["episode", "invocation"] = "invocation",
         scale_std: bool = False,
     ) -> None:
         super().__init__()
