@@ -242,8 +242,9 @@ def test_verify_catches_a_wrong_gold_and_names_known_defects(multi_turn):
     task = next(t for t in multi_turn if t.id == "multi_turn_base_0")
     broken = type(task).from_json(task.to_json())
     broken.gold[0] = broken.gold[0][:-1]  # drop the last call of turn 0
-    failure = verify_task(broken)
-    assert failure is not None and failure["checker_valid"] is False
+    failure, notes = verify_task(broken)
+    assert failure is not None and notes == []
     defect = next(t for t in multi_turn if t.id == "multi_turn_miss_func_49")  # gold calls `tail` before it is added
-    failure = verify_task(defect)
-    assert failure is not None and "no tool named 'tail'" in failure["reason"] and failure["checker_valid"] is True
+    failure, notes = verify_task(defect)
+    assert failure is None  # the official harness runs it, and so do we for gold
+    assert len(notes) == 1 and "no tool named 'tail'" in notes[0]

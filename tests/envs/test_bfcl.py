@@ -43,8 +43,8 @@ def test_unknown_tool_bad_arguments_and_crashes_are_structured(tasks):
     assert code(env.execute(ToolCall("mkdir", {}))) == "INVALID_ARGUMENTS"  # required dir_name missing
     assert code(env.execute(ToolCall("mkdir", {"dir_name": 3}))) == "INVALID_ARGUMENTS"
     assert (
-        code(env.execute(ToolCall("mkdir", {"dir_name": "x", "mode": 7}))) == "EXECUTION_ERROR"
-    )  # not in the signature
+        code(env.execute(ToolCall("mkdir", {"dir_name": "x", "mode": 7}))) == "INVALID_ARGUMENTS"
+    )  # not in the schema
     assert code(env.execute(ToolCall("__init__", {}))) == "UNKNOWN_TOOL"
     assert env.snapshot() == before
     # the API's own error answers pass through as its response

@@ -100,7 +100,8 @@ def test_roles_of_a_grounded_trajectory(tokenizer) -> None:
 CHATML_WITH_TOOLS = (
     "{%- if tools %}{{ '<|im_start|>system\\n' + (messages[0]['content'] if messages[0]['role'] == 'system' else '')"
     " + '\\n<tools>' }}{%- for t in tools %}{{ '\\n' + (t | tojson) }}{%- endfor %}{{ '\\n</tools><|im_end|>\\n' }}"
-    "{%- elif messages[0]['role'] == 'system' %}{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- elif messages[0]['role'] == 'system' %}"
+    "{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- endif %}{%- for m in messages %}{%- if m['role'] != 'system' %}"
     "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"

@@ -65,16 +65,14 @@ def ground(
     calls: list[CallRecord] = []
     try:
         for turn, (text, gold) in enumerate(zip(task.user_turns, task.gold, strict=True)):
-            set_turn = getattr(env, "set_turn", None)
-            if callable(set_turn):
-                set_turn(turn)
+            env.set_turn(turn)
             messages.append(Message("user", text))
             if gold and steps == "turn":
                 messages.append(Message("assistant", "", tool_calls=list(gold)))
             for call in gold:
                 if steps == "call":
                     messages.append(Message("assistant", "", tool_calls=[call]))
-                response = env.execute(call)
+                response = env.execute(call, validate=False)  # benchmark gold runs as upstream runs it
                 calls.append(CallRecord(call, response))
                 messages.append(Message("tool", json.dumps(response, ensure_ascii=False), name=call.name))
             messages.append(Message("assistant", done_text if gold else no_call_text))

@@ -28,12 +28,19 @@ class Environment(ABC):
         """Schemas of the tools this environment executes."""
 
     @abstractmethod
-    def execute(self, call: ToolCall) -> JSON:
-        """Run one call; failures come back as ``{"error": {"code", "message"}}``, never raised."""
+    def execute(self, call: ToolCall, validate: bool = True) -> JSON:
+        """Run one call; failures come back as ``{"error": {"code", "message"}}``, never raised.
+
+        Model-written calls are always validated; ``validate=False`` is only for replaying a
+        benchmark's own gold, which the official harness executes without a schema check.
+        """
 
     @abstractmethod
     def snapshot(self) -> JSON:
         """A JSON view of the state, for comparing two environments."""
+
+    def set_turn(self, turn: int) -> None:  # noqa: B027 - optional hook
+        """Tell the environment the conversation reached user turn ``turn`` (tools may appear)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release whatever the environment holds."""

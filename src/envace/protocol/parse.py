@@ -158,10 +158,15 @@ def validate_call(call: ToolCall, tools: list[ToolSchema]) -> dict[str, Any] | N
     if call.name not in by_name:
         return error_observation(CallError.UNKNOWN_TOOL, f"no tool named {call.name!r}")
     schema = _parameters(by_name[call.name])
+    known = schema.get("properties")
+    if isinstance(known, dict) and schema.get("additionalProperties", False) is False:
+        extra = sorted(set(call.arguments) - set(known))
+        if extra:
+            return error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: unknown arguments {extra}")
     try:
         validator = _validator(json.dumps(schema, sort_keys=True))
         error = jsonschema.exceptions.best_match(validator.iter_errors(call.arguments))
-    except (jsonschema.exceptions.SchemaError, TypeError, ValueError) as exc:  # a broken tool schema
+    except Exception as exc:  # a broken tool schema (unknown type names, bad patterns, ...)
         return error_observation(CallError.INVALID_ARGUMENTS, f"schema of {call.name!r} unusable: {exc}")
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"

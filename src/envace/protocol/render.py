@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -59,6 +60,9 @@ def _schemas(tools: list[ToolSchema]) -> list[dict[str, Any]] | None:
     return [{"type": "function", "function": _function(t)} for t in tools] or None
 
 
+_BOILERPLATE = re.compile(r"^This tool belongs to [^.]*\.\s*")  # BFCL prefixes every description with it
+
+
 def compact_tool(tool: ToolSchema) -> str:
     """One line per tool: signature plus the first sentence of its description (DESIGN.md §7).
 
@@ -73,7 +77,7 @@ def compact_tool(tool: ToolSchema) -> str:
     for name, schema in (params.get("properties") or {}).items():
         typ = schema.get("type", "any") if isinstance(schema, dict) else "any"
         args.append(f"{name}{'' if name in required else '?'}: {typ}")
-    desc = (fn.get("description") or "").strip()
+    desc = _BOILERPLATE.sub("", (fn.get("description") or "").strip())
     first = desc.split(". ")[0].rstrip(".") + "." if desc else ""
     return f"{fn['name']}({', '.join(args)}) - {first}".rstrip(" -")
 

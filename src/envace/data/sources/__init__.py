@@ -36,6 +36,7 @@ class VerifyReport:
     total: int = 0
     per_group: dict[str, tuple[int, int]] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, group: str, ok: bool, **why: Any) -> None:
         p, t = self.per_group.get(group, (0, 0))
