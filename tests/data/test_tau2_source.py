@@ -38,7 +38,15 @@ def test_canonical_fields(all_tasks: list[Task]) -> None:
     assert task.benchmark == "tau2" and task.env == {"kind": "tau2", "domain": "retail", "task_id": "1"}
     assert "<policy>" in task.system_prompt and "# Retail agent policy" in task.system_prompt
     assert "exchange_delivered_order_items" in {tool_name(t) for t in task.tools}
-    assert task.user_turns == [] and len(task.gold) == 1
+    # one stand-in opening turn from the scenario, whose gold is every assistant-side action
+    assert task.user_turns == [
+        "You received your order #W2378156 and wish to exchange the mechanical keyboard for a "
+        "similar one but with clicky switches and the smart thermostat for one compatible with "
+        "Google Home instead of Apple HomeKit. If there is no keyboard that is clicky, RGB "
+        "backlight, full size, you'd rather only exchange the thermostat.\n\n"
+        "You are Yusuf Rossi in zip code 19122."
+    ]
+    assert len(task.gold) == 1
     assert [c.name for c in task.gold[0]][-1] == "exchange_delivered_order_items"
     assert task.gold[0][-1].arguments["new_item_ids"] == ["7747408585"]
     assert task.extra["reward_basis"] == ["DB", "COMMUNICATE"]  # tau2's default, filled in

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from envace.data.grounding import ground
 from envace.data.sources.tau2 import load_tau2, verify_tau2
 from envace.envs.base import make_environment
 from envace.envs.tau2 import Tau2Environment
 from envace.protocol.parse import tool_name
+from envace.rewards.tau2 import tau2_reward
 from envace.types import ToolCall, is_error
 
 
@@ -74,6 +76,27 @@ def test_from_task_rejects_other_kinds(tasks) -> None:
     task.env = {"kind": "bfcl"}
     with pytest.raises(ValueError, match="not a tau2 task"):
         Tau2Environment.from_task(task)
+
+
+@pytest.mark.parametrize("task_id", ["airline_7", "retail_1"])
+def test_grounding_replays_gold_with_real_responses(tasks, task_id: str) -> None:
+    task = tasks[task_id]
+    traj = ground(task)
+    assert [r.call for r in traj.calls] == task.gold[0]
+    assert not any(is_error(r.response) for r in traj.calls)
+    assert traj.messages[0].content == task.user_turns[0]
+    # the grounded calls are exactly what the environment-free reward pays (the closing text says
+    # nothing, so only a task with nothing to communicate gets the full score)
+    out = tau2_reward(task, traj)
+    assert all(a["matched"] for a in out.details["actions"]) and out.details["stray_writes"] == []
+    assert out.success == (not task.extra["communicate_info"])
+
+
+def test_grounding_telecom_runs_the_agent_side_only(tasks) -> None:
+    task = next(t for t in tasks.values() if t.category == "telecom" and len(t.gold[0]) == 2)
+    traj = ground(task)
+    assert [r.call.name for r in traj.calls] == [c.name for c in task.gold[0]]
+    assert not any(is_error(r.response) for r in traj.calls)
 
 
 def test_verify_telecom_base_gold_all_pass() -> None:

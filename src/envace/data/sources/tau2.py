@@ -4,12 +4,16 @@ The wheel ships its data: ``tau2/data/tau2/domains/<domain>/tasks.json`` and ``s
 (``train``/``test``, the official split; ``base``, the benchmark's task set; telecom also has
 ``small`` (20) and ``full`` (2,285)). ``split="all"`` is ``base``: airline 50, retail 114, telecom 114.
 
-A tau2 conversation is driven by a user simulator, so a :class:`~envace.types.Task` has no scripted
-user turns: ``user_sim`` holds the scenario, and ``gold`` is one turn holding the assistant-side
-actions of ``evaluation_criteria`` in order. Telecom's user-side actions (the customer's phone) are
-not the agent's to call; they stay in ``extra["actions"]`` with their ``requestor``, as do the raw
+A tau2 conversation is driven by a user simulator: ``user_sim`` holds the scenario (raw and as
+tau2 renders it for its simulator). ``user_turns`` holds one stand-in opening message (the
+scenario's reason for calling and known information, as written: in the second person of the
+simulator's instructions, and sometimes with hints meant for the simulator only) so that a
+scripted rollout and grounding (:func:`envace.data.grounding.ground`) run without a simulator; a
+simulator replaces it. ``gold`` is that one turn: the assistant-side actions of
+``evaluation_criteria``, in order. Telecom's user-side actions (the customer's phone) are not the
+agent's to call; they stay in ``extra["actions"]`` with their ``requestor``, as do the raw
 evaluation criteria, ``communicate_info``, ``initial_state``, ``reward_basis`` (tau2's default
-``["DB", "COMMUNICATE"]`` filled in) and the names of write tools (for :func:`envace.rewards.tau2.tau2_reward`).
+``["DB", "COMMUNICATE"]`` filled in) and the names of write and user tools.
 """
 
 from __future__ import annotations
@@ -108,6 +112,14 @@ def _action_dict(action: Any) -> dict[str, Any]:
     }
 
 
+def opening_message(instructions: Any) -> str:
+    """The stand-in first user message: reason for calling and known info (or the plain instructions)."""
+    if isinstance(instructions, str):
+        return instructions
+    parts = [instructions.reason_for_call, instructions.known_info]
+    return "\n\n".join(p.strip() for p in parts if p)
+
+
 def to_task(t: Any, domain: str, system_prompt: str, tools: list[Any], env_info: dict[str, Any]) -> Task:
     """One tau2 ``Task`` model as a canonical :class:`Task` (see the module docstring for the fields)."""
     criteria = t.evaluation_criteria
@@ -119,7 +131,7 @@ def to_task(t: Any, domain: str, system_prompt: str, tools: list[Any], env_info:
         category=domain,
         system_prompt=system_prompt,
         tools=copy.deepcopy(tools),
-        user_turns=[],
+        user_turns=[opening_message(t.user_scenario.instructions)],
         gold=[[ToolCall(a["name"], dict(a["arguments"])) for a in actions if a["requestor"] == "assistant"]],
         user_sim={"scenario": t.user_scenario.model_dump(mode="json"), "text": str(t.user_scenario)},
         env={"kind": "tau2", "domain": domain, "task_id": t.id},
