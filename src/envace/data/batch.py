@@ -1,0 +1,68 @@
+"""Padded token batches shared by the warm start and the RL update."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from envace.protocol.episode import EpisodeTensors
+from envace.types import Task
+
+
+class TokenBatch(NamedTuple):
+    """Right-padded episodes, all ``[B, T]``.
+
+    Attributes:
+        input_ids: token ids; pad positions hold ``pad_id``.
+        attention_mask: 1 on real tokens.
+        roles: role id per token (0 context, 1 act, 2 rehearse); 0 on padding.
+        loss_mask: 1 on policy-written tokens; 0 on context and padding.
+        logprobs: sampling log-probs of policy-written tokens; 0 elsewhere.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    roles: torch.Tensor
+    loss_mask: torch.Tensor
+    logprobs: torch.Tensor
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        return TokenBatch(*(t.to(device) for t in self))
+
+
+def collate_episodes(episodes: list[EpisodeTensors], pad_id: int) -> TokenBatch:
+    """Right-pad episodes into one :class:`TokenBatch`.
+
+    >>> t = torch.tensor
+    >>> e = EpisodeTensors(t([5, 6]), t([0, 1]), t([0.0, -1.0]), t([0.0, 1.0]))
+    >>> b = collate_episodes([e, EpisodeTensors(*(t[:1] for t in e))], pad_id=0)
+    >>> b.input_ids.tolist(), b.attention_mask.tolist(), b.loss_mask.tolist()
+    ([[5, 6], [5, 0]], [[1, 1], [1, 0]], [[0.0, 1.0], [0.0, 0.0]])
+    """
+    width = max(len(e.input_ids) for e in episodes)
+    n = len(episodes)
+    out = TokenBatch(
+        input_ids=torch.full((n, width), pad_id, dtype=torch.long),
+        attention_mask=torch.zeros((n, width), dtype=torch.long),
+        roles=torch.zeros((n, width), dtype=torch.long),
+        loss_mask=torch.zeros((n, width)),
+        logprobs=torch.zeros((n, width)),
+    )
+    for row, e in enumerate(episodes):
+        k = len(e.input_ids)
+        out.input_ids[row, :k] = e.input_ids
+        out.attention_mask[row, :k] = 1
+        out.roles[row, :k] = e.roles
+        out.loss_mask[row, :k] = e.loss_mask
+        out.logprobs[row, :k] = e.logprobs
+    return out
+
+
+@dataclass
+class StepBatch:
+    """What one training step receives: tasks to roll out (RL) and/or grounded episodes (warm start)."""
+
+    tasks: list[Task]
+    sft: TokenBatch | None = None

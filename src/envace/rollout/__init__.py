@@ -1,0 +1,55 @@
+"""The world-rehearsal rollout: batched generation, responders, the episode loop, reference policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envace.protocol.episode import PieceEncoder
+from envace.protocol.render import ChatFormat
+from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
+from envace.rollout.loop import Episode, FidelityPair, Rollout, RolloutLimits, RolloutStats, summarize
+from envace.rollout.responders import ExternalSimulator, PolicyRehearsal, RealEnvironment, Replay, Responder
+
+__all__ = [
+    "Engine",
+    "Episode",
+    "ExternalSimulator",
+    "FidelityPair",
+    "GenerationEngine",
+    "PolicyRehearsal",
+    "RealEnvironment",
+    "Replay",
+    "Responder",
+    "Rollout",
+    "RolloutLimits",
+    "RolloutStats",
+    "SamplingConfig",
+    "make_engine",
+    "make_rollout",
+    "stop_ids",
+    "summarize",
+]
+
+
+def stop_ids(tokenizer: Any, fmt: ChatFormat) -> list[int]:
+    """The ids that end a turn: the format's end marker (and the tokenizer's eos)."""
+    ids = tokenizer(fmt.assistant().end, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"the end-of-turn marker {fmt.assistant().end!r} must be one token, got {ids}")
+    return sorted({ids[0], *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+
+
+def make_engine(
+    model: Any, tokenizer: Any, fmt: ChatFormat, sampling: SamplingConfig | None = None
+) -> GenerationEngine:
+    """A sampling engine over ``model`` that stops at the format's end-of-turn token."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return GenerationEngine(model, stop_ids(tokenizer, fmt), pad, sampling or SamplingConfig())
+
+
+def make_rollout(
+    engine: Engine, tokenizer: Any, fmt: ChatFormat, responder: Responder, limits: RolloutLimits | None = None,
+    **kw: Any,
+) -> Rollout:  # fmt: skip
+    """A :class:`Rollout` with a fresh piece encoder over ``tokenizer``."""
+    return Rollout(engine, fmt, PieceEncoder(tokenizer), responder, limits, **kw)

@@ -1,0 +1,288 @@
+"""The world-rehearsal rollout: act → parse calls → respond → act … per user turn.
+
+One loop serves the method and every baseline: the responder decides who answers a call. All active
+episodes (G samples of each of several tasks) generate together at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace.envs import Environment, make_environment
+from envace.protocol import parse_act
+from envace.protocol.episode import EpisodeBuilder, EpisodeTensors, PieceEncoder
+from envace.protocol.render import ChatFormat
+from envace.rollout.engine import Engine, Sample
+from envace.rollout.responders import Responder, ToolTurn
+from envace.types import JSON, ROLE_IDS, CallRecord, Message, Task, ToolCall, Trajectory, error_observation
+
+
+@dataclass
+class RolloutLimits:
+    """Limits that end an episode with a flag.
+
+    Args:
+        max_steps_per_turn: act steps the policy may take within one user turn.
+        max_calls_per_step: calls honoured in one act step; further ones get a TOO_MANY_CALLS error.
+        max_new_tokens: tokens per act generation (a turn that does not end by then is truncated).
+        max_episode_tokens: tokens in the whole episode: a generation starts only when its full budget
+            still fits (context already appended may end a little past it).
+    """
+
+    max_steps_per_turn: int = 4
+    max_calls_per_step: int = 4
+    max_new_tokens: int = 256
+    max_episode_tokens: int = 4096
+
+
+@dataclass
+class FidelityPair:
+    """A rehearsed response and the real one, for the same call in the same state."""
+
+    call: ToolCall
+    rehearsed: JSON
+    real: JSON
+    benchmark: str
+
+
+@dataclass
+class Episode:
+    """One interaction of the policy with a task: the token episode plus its parsed record."""
+
+    task: Task
+    builder: EpisodeBuilder
+    group: int
+    messages: list[Message] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    flags: set[str] = field(default_factory=set)
+    format_errors: int = 0
+    turn: int = -1
+    steps_in_turn: int = 0
+    done: bool = False
+    pending: list[tuple[ToolCall | None, dict[str, Any] | None]] = field(default_factory=list)
+    env: Environment | None = None
+    shadow: Environment | None = None
+    fidelity: list[FidelityPair] = field(default_factory=list)
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> list[int]:
+        return self.builder.ids
+
+    def open_tool_turn(self) -> list[int]:
+        """Append the tool-turn header (context) and return the prompt for the rehearsal."""
+        self.builder.context(self.builder.fmt.tool().header)
+        return self.builder.ids
+
+    def execute_real(self, call: ToolCall) -> JSON:
+        if self.env is None:
+            return error_observation("NO_ENVIRONMENT", f"task {self.task.id} has no real environment")
+        return self.env.execute(call)
+
+    def finish(self, flag: str | None = None) -> None:
+        if flag:
+            self.flags.add(flag)
+        self.done = True
+        for env in (self.env, self.shadow):
+            if env is not None:
+                env.close()
+
+    def trajectory(self) -> Trajectory:
+        return Trajectory(task=self.task, messages=list(self.messages), calls=list(self.calls), source="rollout")
+
+    def tensors(self) -> EpisodeTensors:
+        return self.builder.tensors()
+
+    def role_tokens(self) -> dict[str, int]:
+        return {role: sum(r == rid for r in self.builder.roles) for role, rid in ROLE_IDS.items()}
+
+
+UserHook = Callable[[Episode], str | None]
+
+
+def scripted_user(episode: Episode) -> str | None:
+    """The task's next scripted user turn, or ``None`` when the script is over."""
+    nxt = episode.turn + 1
+    return episode.task.user_turns[nxt] if nxt < len(episode.task.user_turns) else None
+
+
+@dataclass
+class RolloutStats:
+    episodes: int = 0
+    act_tokens: int = 0
+    rehearse_tokens: int = 0
+    context_tokens: int = 0
+    turns: int = 0
+    calls: int = 0
+    format_errors: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+    generated_tokens_per_s: float = 0.0
+
+
+class Rollout:
+    """Runs groups of episodes to completion.
+
+    Args:
+        engine: the policy's generation engine.
+        fmt: the chat format.
+        encode: the piece encoder over the policy's tokenizer.
+        responder: who answers tool calls.
+        limits: episode limits.
+        user: the user-turn hook (scripted by default; a user simulator for tau2).
+        lockstep: also execute every call in a real environment and keep (rehearsed, real) pairs.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        fmt: ChatFormat,
+        encode: PieceEncoder,
+        responder: Responder,
+        limits: RolloutLimits | None = None,
+        user: UserHook = scripted_user,
+        lockstep: bool = False,
+    ):
+        self.engine, self.fmt, self.encode = engine, fmt, encode
+        self.responder, self.limits, self.user, self.lockstep = responder, limits or RolloutLimits(), user, lockstep
+        responder.bind(engine, encode.tokenizer)
+
+    def run(self, tasks: list[Task], group_size: int = 1) -> list[Episode]:
+        """``group_size`` episodes of each task, generated together; returns them task-major."""
+        self.engine.reset_cache()  # the weights may have changed since the last rollout
+        episodes = [self._start(task, g) for g, task in enumerate(tasks) for _ in range(group_size)]
+        while True:
+            acting = [e for e in episodes if not e.done and not e.pending]
+            if acting:
+                self._act(acting)
+            answering = [e for e in episodes if not e.done and e.pending]
+            if answering:
+                self._respond(answering)
+            if not acting and not answering:
+                return episodes
+
+    def _start(self, task: Task, group: int) -> Episode:
+        ep = Episode(task=task, builder=EpisodeBuilder(self.encode, self.fmt), group=group)
+        ep.builder.system(task.system_prompt, task.tools)
+        if self.responder.needs_env:
+            ep.env = make_environment(task)
+        if self.lockstep:  # a second real environment that sees the same calls in the same order
+            ep.shadow = make_environment(task)
+        self._next_user_turn(ep)
+        return ep
+
+    def _next_user_turn(self, ep: Episode) -> None:
+        text = self.user(ep)
+        if text is None:
+            return ep.finish()
+        ep.turn += 1
+        ep.steps_in_turn = 0
+        added = ep.task.tools_added.get(str(ep.turn))
+        if added:
+            ep.builder.context(self.fmt.system("New tools are available.", added))
+            for env in (ep.env, ep.shadow):
+                if env is not None:
+                    env.set_turn(ep.turn)
+        ep.builder.user(text)
+        ep.messages.append(Message("user", text))
+
+    def _room(self, ep: Episode, budget: int) -> bool:
+        if len(ep.ids) + budget > self.limits.max_episode_tokens:
+            ep.finish("max_episode_tokens")
+            return False
+        return True
+
+    def _act(self, episodes: list[Episode]) -> None:
+        ready = []
+        for ep in episodes:
+            if ep.steps_in_turn >= self.limits.max_steps_per_turn:
+                ep.finish("max_steps")
+            elif self._room(ep, self.limits.max_new_tokens):
+                ep.builder.context(self.fmt.assistant().header)
+                ready.append(ep)
+        samples = self.engine.generate([e.ids for e in ready], self.limits.max_new_tokens, ready)
+        for ep, sample in zip(ready, samples, strict=True):
+            self._record_act(ep, sample)
+
+    def _record_act(self, ep: Episode, sample: Sample) -> None:
+        ep.builder.sampled(sample.ids, "act", sample.logprobs)
+        ep.steps_in_turn += 1
+        if not sample.stopped:
+            return ep.finish("truncated")
+        ep.builder.context(self.fmt.assistant().trailer)
+        text = self.encode.tokenizer.decode(sample.ids, skip_special_tokens=True)
+        parsed = parse_act(text, ep.task.tools_at(ep.turn), self.limits.max_calls_per_step)
+        ep.format_errors += parsed.n_errors
+        ep.messages.append(Message("assistant", parsed.content, parsed.valid_calls))
+        if parsed.calls:
+            ep.pending = list(zip(parsed.calls, parsed.errors, strict=True))
+        else:
+            self._next_user_turn(ep)
+
+    def _respond(self, episodes: list[Episode]) -> None:
+        """Answer the first pending call of every episode; invalid calls get their error as context."""
+        valid: list[tuple[Episode, ToolCall]] = []
+        for ep in episodes:
+            call, error = ep.pending[0]
+            if call is None:
+                ep.pending.pop(0)
+                self._context_tool_turn(ep, error)
+            elif self._room(ep, 64):
+                valid.append((ep, call))
+        if not valid:
+            return
+        eps, calls = [v[0] for v in valid], [v[1] for v in valid]
+        for ep, call, turn in zip(eps, calls, self.responder.respond(eps, calls), strict=True):
+            ep.pending.pop(0)
+            self._record_response(ep, call, turn)
+
+    def _record_response(self, ep: Episode, call: ToolCall, turn: ToolTurn) -> None:
+        if turn.rehearsed:
+            assert turn.ids is not None and turn.logprobs is not None
+            ep.builder.sampled(turn.ids, "rehearse", turn.logprobs)  # the responder opened the header
+            if turn.stopped:
+                ep.builder.context(self.fmt.tool().trailer)
+            else:
+                ep.finish("truncated")
+        else:
+            self._context_tool_turn(ep, turn.response)
+        if ep.shadow is not None:
+            real = ep.shadow.execute(call)
+            ep.fidelity.append(FidelityPair(call, turn.response, real, ep.task.benchmark))
+        ep.calls.append(CallRecord(call, turn.response))
+        ep.messages.append(Message("tool", _dumps(turn.response), name=call.name))
+
+    def _context_tool_turn(self, ep: Episode, response: JSON) -> None:
+        p = self.fmt.tool()
+        ep.builder.context(p.header + self.fmt.tool_body(response) + p.end + p.trailer)
+
+
+def _dumps(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def summarize(episodes: list[Episode], seconds: float = 0.0, engine: Engine | None = None) -> RolloutStats:
+    """Counts for ``rollout/*`` logging."""
+    st = RolloutStats(episodes=len(episodes), seconds=seconds)
+    for ep in episodes:
+        roles = ep.role_tokens()
+        st.act_tokens += roles["act"]
+        st.rehearse_tokens += roles["rehearse"]
+        st.context_tokens += roles["context"]
+        st.turns += ep.turn + 1
+        st.calls += len(ep.calls)
+        st.format_errors += ep.format_errors
+        st.truncated += "truncated" in ep.flags
+    if engine is not None:
+        st.generated_tokens_per_s = engine.stats.tokens_per_s
+    return st
+
+
+def timed_run(rollout: Rollout, tasks: list[Task], group_size: int) -> tuple[list[Episode], RolloutStats]:
+    began = time.perf_counter()
+    episodes = rollout.run(tasks, group_size)
+    return episodes, summarize(episodes, time.perf_counter() - began, rollout.engine)

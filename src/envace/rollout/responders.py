@@ -1,0 +1,160 @@
+"""Who answers a tool call. One rollout loop, four responders (DESIGN.md §2):
+
+* :class:`PolicyRehearsal` — EnvACE: the policy writes the tool turn inline (role ``rehearse``);
+* :class:`RealEnvironment` — execute in the task's real environment (context);
+* :class:`ExternalSimulator` — a separate frozen model with a ``separate`` simulator prompt (context);
+* :class:`Replay` — recorded responses matched by tool name and arguments (context).
+
+A responder answers one call for each of several episodes at once, so generation stays batched.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from envace.protocol import parse_rehearsal, tool_name
+from envace.rollout.engine import Engine
+from envace.types import JSON, ToolCall, error_observation
+
+if TYPE_CHECKING:
+    from envace.rollout.loop import Episode
+
+
+@dataclass
+class ToolTurn:
+    """The answer to one call: the response, and the sampled ids when the policy wrote it."""
+
+    response: JSON
+    ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    stopped: bool = True
+
+    @property
+    def rehearsed(self) -> bool:
+        return self.ids is not None
+
+
+class Responder(ABC):
+    """Answers the next pending call of each episode."""
+
+    #: whether this responder needs each episode's real environment
+    needs_env: bool = False
+
+    @abstractmethod
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        """One :class:`ToolTurn` per (episode, call) pair, in order."""
+
+    def bind(self, engine: Engine, tokenizer: Any) -> None:  # noqa: B027 - optional hook
+        """Give the responder the policy's engine and tokenizer (called once by the rollout)."""
+
+
+class PolicyRehearsal(Responder):
+    """The policy plays the environment inline: tool-turn header, then it samples the body.
+
+    Args:
+        max_new_tokens: most tokens a rehearsed tool response may take.
+        engine: the engine that writes the rehearsals; default: the policy's own (bound by the rollout).
+    """
+
+    def __init__(self, max_new_tokens: int = 128, engine: Engine | None = None):
+        self.max_new_tokens = max_new_tokens
+        self.engine = engine
+        self.tokenizer: Any = None
+
+    def bind(self, engine: Engine, tokenizer: Any) -> None:
+        self.engine = self.engine or engine
+        self.tokenizer = tokenizer
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        assert self.engine is not None, "PolicyRehearsal.bind() was not called"
+        prompts = [e.open_tool_turn() for e in episodes]
+        samples = self.engine.generate(prompts, self.max_new_tokens, episodes)
+        turns = []
+        for s in samples:
+            text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
+            turns.append(ToolTurn(parse_rehearsal(text), s.ids, s.logprobs, s.stopped))
+        return turns
+
+
+class RealEnvironment(Responder):
+    """Executes each call in the episode's own real environment (baseline; committed execution)."""
+
+    needs_env = True
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        return [ToolTurn(e.execute_real(c)) for e, c in zip(episodes, calls, strict=True)]
+
+
+class Replay(Responder):
+    """Recorded responses (``task.recorded``): the first unused record with the same name and
+    arguments, else the first unused one with the same name; a structured miss otherwise."""
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        return [ToolTurn(self._lookup(e, c)) for e, c in zip(episodes, calls, strict=True)]
+
+    @staticmethod
+    def _lookup(episode: Episode, call: ToolCall) -> JSON:
+        used = episode.scratch.setdefault("replay_used", set())
+        records = episode.task.recorded
+        for exact in (True, False):
+            for i, rec in enumerate(records):
+                if i in used or rec.call.name != call.name:
+                    continue
+                if exact and rec.call.arguments != call.arguments:
+                    continue
+                used.add(i)
+                return rec.response
+        return error_observation("REPLAY_MISS", f"no recorded response for {call.name}")
+
+
+SIMULATOR_PROMPT = """You are simulating the tool `{name}` of a software environment.
+Tool schema:
+{schema}
+{examples}Calls so far in this session and their results:
+{history}
+Answer the new call exactly as the real tool would: write {{open}}<JSON object or array>{{close}} and nothing else."""
+
+
+class ExternalSimulator(Responder):
+    """A separate frozen model answers calls from a ``separate`` simulator prompt (upstream's
+    simulator baseline): the tool's schema, few-shot real results when the task has recorded ones,
+    the history of calls, and the call.
+
+    Args:
+        engine: the simulator's own generation engine (a frozen model).
+        tokenizer: the simulator's tokenizer.
+        max_new_tokens: most tokens per simulated response.
+        few_shot: most recorded real results shown as examples.
+    """
+
+    def __init__(self, engine: Engine, tokenizer: Any, max_new_tokens: int = 128, few_shot: int = 2):
+        self.engine, self.tokenizer = engine, tokenizer
+        self.max_new_tokens, self.few_shot = max_new_tokens, few_shot
+
+    def prompt(self, episode: Episode, call: ToolCall) -> str:
+        from envace.protocol.parse import RESULT_CLOSE, RESULT_OPEN
+
+        tools = {tool_name(t): t for t in episode.task.tools_at(episode.turn)}
+        shots = [r for r in episode.task.recorded if r.call.name == call.name][: self.few_shot]
+        examples = "".join(f"Example: {json.dumps(r.call.to_dict())} -> {json.dumps(r.response)}\n" for r in shots)
+        history = "\n".join(f"{json.dumps(r.call.to_dict())} -> {json.dumps(r.response)}" for r in episode.calls)
+        body = SIMULATOR_PROMPT.format(
+            name=call.name,
+            schema=json.dumps(tools.get(call.name, {})),
+            examples=examples,
+            history=history or "(none)",
+        ).format(open=RESULT_OPEN, close=RESULT_CLOSE)
+        messages = [{"role": "system", "content": body}, {"role": "user", "content": json.dumps(call.to_dict())}]
+        text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        prompts = [
+            self.tokenizer(self.prompt(e, c), add_special_tokens=False)["input_ids"]
+            for e, c in zip(episodes, calls, strict=True)
+        ]
+        samples = self.engine.generate(prompts, self.max_new_tokens)
+        return [ToolTurn(parse_rehearsal(self.tokenizer.decode(s.ids, skip_special_tokens=True))) for s in samples]
