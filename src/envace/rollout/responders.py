@@ -121,18 +121,37 @@ Answer the new call exactly as the real tool would: write {{open}}<JSON object o
 class ExternalSimulator(Responder):
     """A separate frozen model answers calls from a ``separate`` simulator prompt (upstream's
     simulator baseline): the tool's schema, few-shot real results when the task has recorded ones,
-    the history of calls, and the call.
+    the history of calls, and the call. Its responses are context: the policy is not trained on them.
 
     Args:
-        engine: the simulator's own generation engine (a frozen model).
-        tokenizer: the simulator's tokenizer.
+        simulator: the simulator model (name or path, see :class:`~envace.policy.PolicySpec`).
         max_new_tokens: most tokens per simulated response.
         few_shot: most recorded real results shown as examples.
+        engine: a ready engine for the simulator (tests); default: built from ``simulator`` on bind.
+        tokenizer: the simulator's tokenizer, with ``engine``.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, max_new_tokens: int = 128, few_shot: int = 2):
+    def __init__(
+        self,
+        simulator: str = "smollm2-135m",
+        max_new_tokens: int = 128,
+        few_shot: int = 2,
+        engine: Engine | None = None,
+        tokenizer: Any = None,
+    ):
+        self.simulator, self.max_new_tokens, self.few_shot = simulator, max_new_tokens, few_shot
         self.engine, self.tokenizer = engine, tokenizer
-        self.max_new_tokens, self.few_shot = max_new_tokens, few_shot
+
+    def bind(self, engine: Engine, tokenizer: Any) -> None:
+        if self.engine is not None:
+            return
+        from envace.policy import PolicySpec, load_policy
+        from envace.rollout.engine import GenerationEngine
+
+        model, self.tokenizer = load_policy(PolicySpec(self.simulator))
+        model.requires_grad_(False)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.engine = GenerationEngine(model, [self.tokenizer.eos_token_id], pad)
 
     def prompt(self, episode: Episode, call: ToolCall) -> str:
         from envace.protocol.parse import RESULT_CLOSE, RESULT_OPEN
@@ -152,6 +171,7 @@ class ExternalSimulator(Responder):
         return text
 
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        assert self.engine is not None, "ExternalSimulator.bind() was not called"
         prompts = [
             self.tokenizer(self.prompt(e, c), add_special_tokens=False)["input_ids"]
             for e, c in zip(episodes, calls, strict=True)

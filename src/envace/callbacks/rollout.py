@@ -1,0 +1,123 @@
+"""Callbacks that turn step outputs (episodes, rewards, rollout stats) into ``reward/*``,
+``success/*`` and ``rollout/*`` scalars and sample transcripts. The math is in plain functions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import lightning.pytorch as pl
+
+from envace.rewards.base import RewardOutput
+from envace.rollout.loop import Episode, RolloutStats
+from envace.types import ROLE_IDS
+
+
+def reward_metrics(episodes: list[Episode], rewards: list[RewardOutput], prefix: str = "") -> dict[str, float]:
+    """Mean reward and success per benchmark, over all, and the masked count.
+
+    >>> from envace.types import Task
+    >>> from types import SimpleNamespace as NS
+    >>> eps = [NS(task=Task("a", "bfcl")), NS(task=Task("b", "bfcl")), NS(task=Task("c", "tau2"))]
+    >>> rs = [RewardOutput(1.0, True), RewardOutput(0.5), RewardOutput(None)]
+    >>> reward_metrics(eps, rs)
+    {'reward/bfcl': 0.75, 'success/bfcl': 0.5, 'reward/all': 0.75, 'success/all': 0.5, 'reward/masked': 1.0}
+    """
+    by: dict[str, list[RewardOutput]] = defaultdict(list)
+    for ep, r in zip(episodes, rewards, strict=True):
+        if not r.masked:
+            by[ep.task.benchmark].append(r)
+            by["all"].append(r)
+    out: dict[str, float] = {}
+    for bench in sorted(by, key=lambda b: b == "all"):
+        rs = by[bench]
+        out[f"reward/{prefix}{bench}"] = sum(r.score or 0.0 for r in rs) / len(rs)
+        out[f"success/{prefix}{bench}"] = sum(r.success for r in rs) / len(rs)
+    out[f"reward/{prefix}masked"] = float(sum(r.masked for r in rewards))
+    return out
+
+
+def group_metrics(episodes: list[Episode], rewards: list[RewardOutput]) -> dict[str, float]:
+    """Reward spread within groups: mean std, and the fraction of groups with zero variance."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for ep, r in zip(episodes, rewards, strict=True):
+        if not r.masked:
+            groups[ep.group].append(float(r.score or 0.0))
+    if not groups:
+        return {}
+    stds = []
+    for scores in groups.values():
+        mean = sum(scores) / len(scores)
+        stds.append((sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5)
+    return {
+        "reward/group_std": sum(stds) / len(stds),
+        "reward/zero_variance_groups": sum(s == 0 for s in stds) / len(stds),
+    }
+
+
+def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
+    """Per-episode token counts per role, turns, and error/truncation rates."""
+    n = max(stats.episodes, 1)
+    attempted = stats.calls + stats.format_errors
+    return {
+        "rollout/act_tokens": stats.act_tokens / n,
+        "rollout/rehearse_tokens": stats.rehearse_tokens / n,
+        "rollout/context_tokens": stats.context_tokens / n,
+        "rollout/turns": stats.turns / n,
+        "rollout/calls": stats.calls / n,
+        "rollout/format_error_rate": stats.format_errors / attempted if attempted else 0.0,
+        "rollout/truncation_rate": stats.truncated / n,
+        "rollout/tokens_per_s": stats.generated_tokens_per_s,
+        "rollout/seconds": stats.seconds,
+    }
+
+
+def transcript(episode: Episode, max_chars: int = 6000) -> str:
+    """An episode as markdown with each segment's role, the system block shortened."""
+    names = {v: k for k, v in ROLE_IDS.items()}
+    tok = episode.builder.encode.tokenizer
+    segments: list[tuple[str, list[int]]] = []
+    for i, r in zip(episode.builder.ids, episode.builder.roles, strict=True):
+        if segments and segments[-1][0] == names[r]:
+            segments[-1][1].append(i)
+        else:
+            segments.append((names[r], [i]))
+    lines = []
+    for k, (role, ids) in enumerate(segments):
+        text = tok.decode(ids, skip_special_tokens=False)
+        if k == 0 and len(text) > 400:
+            text = text[:200] + f" …[{len(ids)} tokens]… " + text[-120:]
+        lines.append(f"**[{role}]** `{text!r}`")
+    return "\n\n".join(lines)[:max_chars]
+
+
+class RolloutLogger(pl.Callback):
+    """Logs ``reward/*``, ``success/*``, ``rollout/*`` after each RL step and validation epoch."""
+
+    def __init__(self) -> None:
+        self._val: list[tuple[Episode, RewardOutput]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:  # fmt: skip
+        if not isinstance(outputs, dict) or "episodes" not in outputs:
+            return
+        scalars = reward_metrics(outputs["episodes"], outputs["rewards"])
+        scalars |= group_metrics(outputs["episodes"], outputs["rewards"])
+        scalars |= rollout_metrics(outputs["rollout"])
+        pl_module.log_dict(scalars, batch_size=len(outputs["episodes"]))
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
+        if isinstance(outputs, dict) and "episodes" in outputs:
+            self._val.extend(zip(outputs["episodes"], outputs["rewards"], strict=True))
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._val:
+            return
+        episodes, rewards = zip(*self._val, strict=True)
+        pl_module.log_dict(reward_metrics(list(episodes), list(rewards), prefix="val_"), batch_size=len(episodes))
+        if not trainer.sanity_checking:
+            experiment = getattr(trainer.logger, "experiment", None)
+            if hasattr(experiment, "add_text"):
+                experiment.add_text("samples/transcript", transcript(episodes[0]), trainer.global_step)
+        self._val.clear()

@@ -1,0 +1,62 @@
+"""``envace``: LightningCLI for ``fit | validate | test``, plus the ``data``, ``rehearse``, ``evaluate``
+and ``bench`` commands.
+
+    envace fit --config configs/bfcl.yaml
+    envace fit --config configs/bfcl.yaml --model.policy.name_or_path Qwen/Qwen3-8B
+    envace data verify --source bfcl-multi-turn
+    envace rehearse --task_id multi_turn_base_0
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+COMMANDS = {
+    "data": "envace.data.prepare:data_main",
+    "rehearse": "envace.commands.rehearse:main",
+    "evaluate": "envace.evaluation:main",
+    "bench": "envace.bench:main",
+}
+
+
+def _lightning_cli(args: list[str] | None) -> Any:
+    from lightning.pytorch.cli import LightningCLI
+
+    from envace.data.datamodule import EnvACEDataModule
+    from envace.modules import PolicyModule
+
+    class EnvACECLI(LightningCLI):
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            # the datamodule tokenises with the model's tokenizer
+            parser.link_arguments("model.init_args.policy.name_or_path", "data.tokenizer")
+            parser.link_arguments("model.init_args.tool_style", "data.tool_style")
+            parser.link_arguments("model.init_args.chat_format", "data.chat_format")
+
+    return EnvACECLI(
+        PolicyModule,
+        EnvACEDataModule,
+        subclass_mode_model=True,
+        args=args,
+        trainer_defaults={"default_root_dir": "runs"},
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"default_env": False},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``envace`` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args and args[0] in COMMANDS:
+        module, fn = COMMANDS[args[0]].split(":")
+        rc = getattr(importlib.import_module(module), fn)(args[1:])
+        return int(rc or 0)
+    _lightning_cli(argv)  # None: LightningCLI reads sys.argv itself
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

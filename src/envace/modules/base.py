@@ -1,0 +1,197 @@
+"""What every EnvACE LightningModule shares: the policy built in ``configure_model`` (FSDP2-ready),
+the optimizer, and per-token log-probs computed only where the loss needs them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+from envace.data.batch import StepBatch, TokenBatch
+from envace.losses import RoleNLLLoss, gather_logprobs
+from envace.policy import PolicySpec, load_model, load_tokenizer
+from envace.protocol.render import ChatFormat, make_format
+from envace.rewards import compute_reward
+from envace.rollout import (
+    GenerationEngine,
+    PolicyRehearsal,
+    Responder,
+    Rollout,
+    RolloutLimits,
+    SamplingConfig,
+    make_engine,
+    make_rollout,
+    summarize,
+)
+from envace.types import Task
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and a constant schedule with warm-up.
+
+    Args:
+        lr: peak learning rate.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_steps: linear warm-up from 0 to ``lr``.
+    """
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+
+
+def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> Tensor:
+    """``[B, T]`` log-probs of each token given its prefix, computed only at loss positions.
+
+    Position ``t`` holds ``log p(input_ids[t] | input_ids[:t])`` where ``loss_mask[:, t]`` is set in
+    any row, else 0. The LM head and log-softmax run only on those positions (``logits_to_keep``
+    with an index tensor): the long tool block and user turns never reach the vocabulary projection.
+    """
+    mask = batch.loss_mask.bool()
+    mask[:, 0] = False  # the first token has no prefix
+    positions = mask.any(dim=0).nonzero().squeeze(-1)  # token positions whose log-prob is needed
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    if positions.numel() == 0:
+        return out + 0.0 * next(p for p in model.parameters() if p.requires_grad).sum()
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=positions - 1, use_cache=False
+    ).logits  # logits at t-1 predict token t
+    lp = gather_logprobs(logits, batch.input_ids[:, positions], chunk_size)
+    return out.index_copy(1, positions, lp)
+
+
+class PolicyModule(pl.LightningModule):
+    """Base of :class:`~envace.modules.SFTModule` and :class:`~envace.modules.EnvACEModule`.
+
+    Args:
+        policy: the model to train (packaged SmolLM2, a hub id or folder, or ``tiny``), dtype, LoRA.
+        optim: optimizer settings.
+        chat_format: ``auto`` (the tokenizer's template when it renders tools, else Hermes),
+            ``template`` or ``hermes``.
+        tool_style: how the Hermes format lists tools: ``json`` (full schemas) or ``compact``.
+        limits: episode limits of every rollout (training and validation).
+        sampling: how the policy samples.
+        rehearse_tokens: most tokens of one rehearsed tool response.
+        val_group_size: episodes per validation task.
+        sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
+        fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
+    """
+
+    def __init__(
+        self,
+        policy: PolicySpec | None = None,
+        optim: OptimConfig | None = None,
+        chat_format: str = "auto",
+        tool_style: str = "json",
+        limits: RolloutLimits | None = None,
+        sampling: SamplingConfig | None = None,
+        rehearse_tokens: int = 128,
+        val_group_size: int = 1,
+        sft_loss: RoleNLLLoss | None = None,
+        fsdp_layer_names: tuple[str, ...] = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"),
+    ):
+        super().__init__()
+        self.policy_spec = policy or PolicySpec()
+        self.optim = optim or OptimConfig()
+        self.limits = limits or RolloutLimits()
+        self.sampling = sampling or SamplingConfig()
+        self.rehearse_tokens = rehearse_tokens
+        self.val_group_size = val_group_size
+        self.sft_loss = sft_loss or RoleNLLLoss()
+        self._engine: GenerationEngine | None = None
+        self.fsdp_layer_names = tuple(fsdp_layer_names)
+        self.tokenizer = load_tokenizer(self.policy_spec.name_or_path)
+        self.fmt: ChatFormat = make_format(self.tokenizer, chat_format, tool_style)  # type: ignore[arg-type]
+        self.policy: Any = None
+        self.strict_loading = False  # LoRA checkpoints hold the trainable weights only
+
+    # --- model -----------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """Build the HF model here (not in ``__init__``) so FSDP can shard it as it is created."""
+        if self.policy is not None:
+            return
+        self.policy = load_model(self.policy_spec)
+        if self.device_mesh is not None:
+            self._shard(self.device_mesh)
+
+    def _shard(self, mesh: Any) -> None:
+        """FSDP2: ``fully_shard`` each decoder layer, then the whole model (DESIGN.md §3.8)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+        mp = MixedPrecisionPolicy(param_dtype=self.policy.dtype, reduce_dtype=torch.float32)
+        for module in self.policy.modules():
+            if type(module).__name__ in self.fsdp_layer_names:
+                fully_shard(module, mesh=dp_mesh, mp_policy=mp)
+        fully_shard(self.policy, mesh=dp_mesh, mp_policy=mp)
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.trainer.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.optim.lr, weight_decay=self.optim.weight_decay, betas=self.optim.betas)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of the peak learning rate at optimizer step ``step``."""
+        warm = self.optim.warmup_steps
+        return min(1.0, (step + 1) / warm) if warm else 1.0
+
+    def token_logprobs(self, batch: TokenBatch) -> Tensor:
+        return selected_logprobs(self.policy, batch)
+
+    def sft_step(self, batch: TokenBatch, split: str) -> Tensor:
+        """Role-weighted NLL on grounded episodes (one model step for training and validation)."""
+        logprobs = self.token_logprobs(batch)
+        loss, stats = self.sft_loss({"logprobs": logprobs, "roles": batch.roles, "loss_mask": batch.loss_mask})
+        self.log_stats(f"{split}/sft", {"loss": loss, **stats}, batch.input_ids.shape[0])
+        return loss
+
+    # --- rollouts --------------------------------------------------------------------------------
+    @property
+    def engine(self) -> GenerationEngine:
+        if self._engine is None:
+            self._engine = make_engine(self.policy, self.tokenizer, self.fmt, self.sampling)
+        return self._engine
+
+    def rollout(self, responder: Responder, lockstep: bool = False) -> Rollout:
+        return make_rollout(self.engine, self.tokenizer, self.fmt, responder, self.limits, lockstep=lockstep)
+
+    def run_episodes(self, tasks: list[Task], group_size: int, responder: Responder, lockstep: bool = False) -> Rollout:
+        """Roll out ``group_size`` episodes per task; returns the rollout with ``episodes`` and ``stats``."""
+        ro = self.rollout(responder, lockstep)
+        began = time.perf_counter()
+        ro.episodes = ro.run(tasks, group_size)  # type: ignore[attr-defined]
+        ro.stats = summarize(ro.episodes, time.perf_counter() - began, self.engine)  # type: ignore[attr-defined]
+        return ro
+
+    def validation_step(self, batch: StepBatch, batch_idx: int) -> dict[str, Any] | None:
+        """Imagined episodes with a lockstep real environment: rewards here, fidelity in the callback."""
+        if not batch.tasks:
+            return None
+        ro = self.run_episodes(batch.tasks, self.val_group_size, PolicyRehearsal(self.rehearse_tokens), lockstep=True)
+        episodes = ro.episodes  # type: ignore[attr-defined]
+        return {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """With LoRA, keep only trainable weights: the frozen base is rebuilt from ``policy``."""
+        if self.policy_spec.lora is None or self.device_mesh is not None:
+            return
+        trainable = {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+
+    def log_stats(self, prefix: str, stats: dict[str, Any], batch_size: int) -> None:
+        scalars = {f"{prefix}/{k}": float(v.detach() if isinstance(v, Tensor) else v) for k, v in stats.items()
+                   if _is_scalar(v)}  # fmt: skip
+        self.log_dict(scalars, batch_size=batch_size, sync_dist=False)
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, int | float) or (isinstance(v, Tensor) and v.numel() == 1)
