@@ -1,0 +1,406 @@
+"""The Lightning DataModule: benchmark tasks for the rollout and grounded episodes for the warm start.
+
+``setup()`` loads the tasks of each source (:func:`envace.data.sources.load_source`), cuts them to
+their first ``max_user_turns`` user turns, keeps those whose prompt fits ``max_prompt_tokens``, and,
+for the warm start, replays the gold of every train task that has a real environment
+(:func:`envace.data.grounding.ground`) or recorded responses (:func:`recorded_trajectory`) and
+tokenises the result once (:func:`envace.protocol.episode.encode_trajectory`).
+
+A training step receives a :class:`~envace.data.batch.StepBatch`: ``tasks_per_step`` tasks to roll
+out and, when warm-starting, ``sft_batch_size`` grounded episodes padded into a
+:class:`~envace.data.batch.TokenBatch`. The order of both is a seeded permutation per epoch
+(:class:`StepSampler`), so the same seed gives the same batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from envace.data.batch import StepBatch, collate_episodes
+from envace.data.grounding import DONE_TEXT, ground
+from envace.data.sources import load_source
+from envace.protocol.episode import EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
+from envace.protocol.render import ChatFormat, ToolStyle, make_format
+from envace.types import CallRecord, Message, Task, ToolCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+StepKey = tuple[tuple[int, ...], tuple[int, ...]]  # (task indices, grounded-episode indices) of one step
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One benchmark source to load.
+
+    Args:
+        name: a registered source (``bfcl-multi-turn``, ``tau2``, ``vitabench``, ...).
+        split: ``train``, ``test`` or ``all``.
+        path: the source's own data location; default: the packaged copy.
+        options: further keyword arguments of the source (``categories``, ``domains``, ...).
+    """
+
+    name: str
+    split: str = "train"
+    path: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: SourceSpec | dict[str, Any]) -> SourceSpec:
+        """A spec from a flat dict (``{"name": ..., "split": ..., "categories": [...]}``) or a nested one
+        (``{"name": ..., "options": {...}}``)."""
+        if isinstance(spec, SourceSpec):
+            return spec
+        d = dict(spec)
+        if not isinstance(d.get("name"), str):
+            raise ValueError(f"a source needs a 'name' string: {spec!r}")
+        name, split, path = d.pop("name"), d.pop("split", "train"), d.pop("path", None)
+        options = {**dict(d.pop("options", None) or {}), **d}
+        return cls(name=name, split=split, path=path, options=options)
+
+    def load(self) -> list[Task]:
+        return load_source(self.name, split=self.split, path=self.path, **self.options)
+
+
+def _records_before(recorded: list[CallRecord], calls: list[ToolCall]) -> list[CallRecord]:
+    """The leading records that answer ``calls`` in order (records hold only answered calls)."""
+    i = 0
+    for call in calls:
+        if i < len(recorded) and recorded[i].call == call:
+            i += 1
+    return recorded[:i]
+
+
+def truncate_task(task: Task, max_user_turns: int | None) -> Task:
+    """``task`` cut to its first ``max_user_turns`` user turns; gold, added tools, recorded calls and
+    BFCL's ``extra["ground_truth"]`` are cut with them (the task itself is not changed).
+
+    >>> t = Task("t", "x", user_turns=["a", "b"], gold=[[ToolCall("f")], [ToolCall("g")]], tools_added={"1": []})
+    >>> c = truncate_task(t, 1)
+    >>> c.user_turns, [[x.name for x in turn] for turn in c.gold], c.tools_added, c.extra["truncated_from"]
+    (['a'], [['f']], {}, 2)
+    """
+    if max_user_turns is None or len(task.user_turns) <= max_user_turns:
+        return task
+    k = max_user_turns
+    gold = task.gold[:k] if task.gold else []
+    extra = dict(task.extra, truncated_from=len(task.user_turns))
+    truth = extra.get("ground_truth")
+    if isinstance(truth, list) and len(truth) == len(task.user_turns):
+        extra["ground_truth"] = truth[:k]
+    extra.pop("final_response", None)  # it answered the last turn, which is gone
+    return replace(
+        task,
+        user_turns=task.user_turns[:k],
+        gold=gold,
+        tools_added={t: v for t, v in task.tools_added.items() if int(t) < k},
+        recorded=_records_before(task.recorded, [c for turn in gold for c in turn]),
+        extra=extra,
+    )
+
+
+def recorded_trajectory(task: Task) -> Trajectory | None:
+    """A chat log's own conversation (user turns, calls, recorded responses) as a trajectory, like
+    :func:`~envace.data.grounding.ground` lays it out; ``None`` when a call has no recorded response or
+    a turn without calls would need the log's text for that turn (only the final text is kept)."""
+    if not task.recorded or len(task.gold) != len(task.user_turns):
+        return None
+    records = iter(task.recorded)
+    messages: list[Message] = []
+    calls: list[CallRecord] = []
+    for turn, (text, gold) in enumerate(zip(task.user_turns, task.gold, strict=True)):
+        messages.append(Message("user", text))
+        for call in gold:
+            rec = next(records, None)
+            if rec is None or rec.call != call:
+                return None
+            messages.append(Message("assistant", "", tool_calls=[call]))
+            messages.append(Message("tool", json.dumps(rec.response, ensure_ascii=False), name=call.name))
+            calls.append(rec)
+        closing = task.extra.get("final_response") if turn == len(task.user_turns) - 1 else None
+        if not closing and not gold:
+            return None
+        messages.append(Message("assistant", closing or DONE_TEXT))
+    return Trajectory(task=task, messages=messages, calls=calls, source="recorded")
+
+
+def _permutation_stream(n: int, count: int, gen: torch.Generator) -> list[int]:
+    """``count`` indices from back-to-back random permutations of ``range(n)``."""
+    out: list[int] = []
+    while n and len(out) < count:
+        out += torch.randperm(n, generator=gen).tolist()
+    return out[:count]
+
+
+class StepSampler(Sampler[StepKey]):
+    """The steps of one epoch: ``ceil(n_tasks / tasks_per_step)`` keys, each ``(task indices, episode
+    indices)``, drawn from a permutation seeded by ``(seed, epoch)``; the last step wraps around to
+    the start of the permutation. Lightning calls :meth:`set_epoch`; without it each pass over the
+    sampler advances the epoch by one.
+
+    Args:
+        n_tasks: tasks to cycle through.
+        tasks_per_step: tasks per step.
+        n_episodes: grounded episodes to cycle through (0: none).
+        episodes_per_step: grounded episodes per step.
+        seed: the base seed.
+    """
+
+    def __init__(self, n_tasks: int, tasks_per_step: int, n_episodes: int, episodes_per_step: int, seed: int = 0):
+        self.n_tasks, self.tasks_per_step = n_tasks, tasks_per_step
+        self.n_episodes, self.episodes_per_step = n_episodes, episodes_per_step
+        self.seed, self.epoch = seed, 0
+
+    def __len__(self) -> int:
+        return math.ceil(self.n_tasks / self.tasks_per_step)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[StepKey]:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        self.epoch += 1
+        steps, k = len(self), self.tasks_per_step
+        order = _permutation_stream(self.n_tasks, self.n_tasks, gen)
+        order += order[: steps * k - len(order)]
+        sft = _permutation_stream(self.n_episodes, steps * self.episodes_per_step, gen)
+        e = self.episodes_per_step if self.n_episodes else 0
+        for s in range(steps):
+            yield tuple(order[s * k : (s + 1) * k]), tuple(sft[s * e : (s + 1) * e])
+
+
+class StepDataset(Dataset[StepBatch]):
+    """Turns a :data:`StepKey` into a :class:`StepBatch` (tasks as they are, episodes padded).
+
+    Args:
+        tasks: the tasks the keys index.
+        episodes: the tokenised grounded episodes the keys index.
+        pad_id: padding token id.
+    """
+
+    def __init__(self, tasks: list[Task], episodes: list[EpisodeTensors], pad_id: int):
+        self.tasks, self.episodes, self.pad_id = tasks, episodes, pad_id
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, key: StepKey) -> StepBatch:  # type: ignore[override]
+        task_idx, episode_idx = key
+        sft = collate_episodes([self.episodes[i] for i in episode_idx], self.pad_id) if episode_idx else None
+        return StepBatch(tasks=[self.tasks[i] for i in task_idx], sft=sft)
+
+
+def as_step_batch(item: Any) -> StepBatch:
+    """The collate function (``batch_size=None``: one item is one step, already a StepBatch)."""
+    if not isinstance(item, StepBatch):
+        raise TypeError(f"expected a StepBatch, got {type(item).__name__}")
+    return item
+
+
+def _summary(values: Sequence[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+class EnvACEDataModule(pl.LightningDataModule):
+    """Tasks for the rollout and grounded episodes for the warm start, as :class:`StepBatch` objects.
+
+    Args:
+        sources: the training sources, each ``{"name": ..., "split": "train", "path": null, <source options>}``
+            (options such as ``categories`` or ``domains`` may also sit under an ``options`` key).
+        val_sources: the held-out validation sources, same shape; empty: no validation.
+        tokenizer: name or path of the policy's tokenizer (``smollm2-135m``, ``tiny``, a hub id, a folder).
+        tool_style: how the built-in format lists tools: ``json`` (full schemas) or ``compact``.
+        chat_format: ``auto``, ``template`` or ``hermes`` (see :func:`envace.protocol.render.make_format`).
+        max_prompt_tokens: keep only tasks whose prompt (system turn with the tools, tools added at the
+            first turn, first user turn, tokenised as the rollout does) has at most this many tokens.
+        max_user_turns: cut every task to its first k user turns (gold, added tools, records with them).
+        tasks_per_step: tasks in one training (and validation) batch.
+        sft_batch_size: grounded episodes in one training batch.
+        warm_start: ground the training tasks and give each training batch grounded episodes.
+        max_sft_tokens: drop grounded episodes longer than this many tokens.
+        val_tasks: use at most this many validation tasks (the first ones, in source order).
+        limit: use at most this many training tasks (the first ones that pass the filters, in source order).
+        seed: seed of the per-epoch order of tasks and grounded episodes.
+        num_workers: DataLoader worker processes.
+    """
+
+    def __init__(
+        self,
+        sources: list[dict[str, Any]],
+        val_sources: list[dict[str, Any]] | None = None,
+        tokenizer: str = "smollm2-135m",
+        tool_style: ToolStyle = "json",
+        chat_format: str = "auto",
+        max_prompt_tokens: int | None = None,
+        max_user_turns: int | None = None,
+        tasks_per_step: int = 1,
+        sft_batch_size: int = 2,
+        warm_start: bool = True,
+        max_sft_tokens: int | None = None,
+        val_tasks: int | None = None,
+        limit: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        if tasks_per_step < 1 or sft_batch_size < 1:
+            raise ValueError(f"tasks_per_step and sft_batch_size must be >= 1, got {tasks_per_step}, {sft_batch_size}")
+        if tool_style not in ("json", "compact"):
+            raise ValueError(f"tool_style must be 'json' or 'compact', got {tool_style!r}")
+        self.save_hyperparameters()
+        self.sources = [SourceSpec.parse(s) for s in sources]
+        self.val_sources = [SourceSpec.parse(s) for s in val_sources or []]
+        self.tokenizer_name, self.tool_style, self.chat_format = tokenizer, tool_style, chat_format
+        self.max_prompt_tokens, self.max_user_turns = max_prompt_tokens, max_user_turns
+        self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
+        self.warm_start, self.max_sft_tokens = warm_start, max_sft_tokens
+        self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
+        self.train_set: list[Task] = []
+        self.val_set: list[Task] = []
+        self.episodes: list[EpisodeTensors] = []
+        self.counts: Counter[str] = Counter()
+        self._encoder: PieceEncoder | None = None
+        self._fmt: ChatFormat | None = None
+        self._ready = False
+
+    # -- tokenisation --------------------------------------------------------------------------
+    @property
+    def encoder(self) -> PieceEncoder:
+        if self._encoder is None:
+            from envace.policy import load_tokenizer
+
+            self._encoder = PieceEncoder(load_tokenizer(self.tokenizer_name))
+        return self._encoder
+
+    @property
+    def fmt(self) -> ChatFormat:
+        if self._fmt is None:
+            self._fmt = make_format(self.encoder.tokenizer, prefer=self.chat_format, tool_style=self.tool_style)
+        return self._fmt
+
+    def prompt_tokens(self, task: Task) -> int:
+        """Tokens of ``task``'s prompt as the rollout builds it: system turn with the tools, the tools
+        added at the first turn, the first user turn (none when a simulator writes it)."""
+        ep = EpisodeBuilder(self.encoder, self.fmt)
+        ep.system(task.system_prompt, task.tools)
+        added = task.tools_added.get("0")
+        if added:
+            ep.context(self.fmt.system("New tools are available.", added))
+        if task.user_turns:
+            ep.user(task.user_turns[0])
+        return len(ep)
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _load(self, specs: list[SourceSpec], split: str, cap: int | None) -> list[Task]:
+        tasks = [t for spec in specs for t in spec.load()]
+        self.counts[f"{split}_loaded"] = len(tasks)
+        tasks = [truncate_task(t, self.max_user_turns) for t in tasks]
+        self.counts[f"{split}_truncated"] = sum("truncated_from" in t.extra for t in tasks)
+        if self.max_prompt_tokens is not None:
+            tasks = [t for t in tasks if self.prompt_tokens(t) <= self.max_prompt_tokens]
+        self.counts[f"{split}_filtered_by_length"] = self.counts[f"{split}_loaded"] - len(tasks)
+        tasks = tasks[:cap] if cap is not None else tasks
+        self.counts[f"{split}_tasks"] = len(tasks)
+        return tasks
+
+    def _trajectory(self, task: Task) -> Trajectory | None:
+        traj: Trajectory | None
+        if task.env:
+            try:
+                traj = ground(task)
+            except Exception as exc:  # a gold that cannot be replayed: skip the task, keep the rest
+                self.counts["ground_failed"] += 1
+                log.warning("task %s: grounding failed (%s: %s)", task.id, type(exc).__name__, exc)
+                return None
+            self.counts["grounded"] += 1
+            return traj
+        traj = recorded_trajectory(task)
+        self.counts["recorded" if traj is not None else "ground_skipped_no_env"] += 1
+        return traj
+
+    def _ground(self, tasks: list[Task]) -> list[EpisodeTensors]:
+        episodes = []
+        for task in tasks:
+            traj = self._trajectory(task)
+            if traj is None:
+                continue
+            ep = encode_trajectory(traj, self.encoder, self.fmt).tensors()
+            if self.max_sft_tokens is not None and len(ep.input_ids) > self.max_sft_tokens:
+                self.counts["sft_dropped_long"] += 1
+                continue
+            episodes.append(ep)
+        self.counts["sft_episodes"] = len(episodes)
+        return episodes
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, cut, filter, ground and tokenise (once; later calls do nothing)."""
+        if self._ready:
+            return
+        self.train_set = self._load(self.sources, "train", self.limit)
+        self.val_set = self._load(self.val_sources, "val", self.val_tasks)
+        self.episodes = self._ground(self.train_set) if self.warm_start else []
+        self._ready = True
+        c = self.counts
+        log.info(
+            "data: train %d loaded, %d cut to %s user turns, %d filtered by length, %d kept; val %d loaded, "
+            "%d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, %d SFT episodes",
+            c["train_loaded"], c["train_truncated"], self.max_user_turns, c["train_filtered_by_length"],
+            c["train_tasks"], c["val_loaded"], c["val_filtered_by_length"], c["val_tasks"], c["grounded"],
+            c["recorded"], c["ground_skipped_no_env"], c["ground_failed"], c["sft_dropped_long"], len(self.episodes),
+        )  # fmt: skip
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of the last :meth:`setup` and prompt/episode token summaries (min, median, max)."""
+        return {
+            "counts": dict(self.counts),
+            "prompt_tokens": {
+                "train": _summary([self.prompt_tokens(t) for t in self.train_set]),
+                "val": _summary([self.prompt_tokens(t) for t in self.val_set]),
+            },
+            "sft_tokens": _summary([len(e.input_ids) for e in self.episodes]),
+        }
+
+    # -- loaders -------------------------------------------------------------------------------
+    @property
+    def pad_id(self) -> int:
+        return int(self.encoder.tokenizer.pad_token_id)
+
+    def train_dataloader(self) -> DataLoader[StepBatch]:
+        """One :class:`StepBatch` per step; an epoch is ``ceil(len(train tasks) / tasks_per_step)`` steps."""
+        if not self.train_set:
+            raise ValueError("no training tasks: check the sources, max_prompt_tokens and limit (stats())")
+        steps = StepSampler(
+            len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.seed
+        )
+        return self._loader(StepDataset(self.train_set, self.episodes, self.pad_id), steps)
+
+    def val_dataloader(self) -> DataLoader[StepBatch]:
+        """The validation tasks in source order, ``tasks_per_step`` per batch (the last may hold fewer),
+        without grounded episodes; no batches when there are no validation tasks."""
+        k, n = self.tasks_per_step, len(self.val_set)
+        keys: list[StepKey] = [(tuple(range(i, min(i + k, n))), ()) for i in range(0, n, k)]
+        return self._loader(StepDataset(self.val_set, [], self.pad_id), keys)
+
+    def _loader(self, dataset: StepDataset, steps: Sampler[StepKey] | list[StepKey]) -> DataLoader[StepBatch]:
+        # batch_size=None: the sampler yields one step key, the dataset turns it into a StepBatch
+        return DataLoader(
+            dataset, sampler=steps, batch_size=None, collate_fn=as_step_batch, num_workers=self.num_workers
+        )
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a StepBatch's token tensors; its tasks are plain data and stay as they are."""
+        if isinstance(batch, StepBatch):
+            return StepBatch(tasks=batch.tasks, sft=batch.sft.to(device) if batch.sft is not None else None)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
