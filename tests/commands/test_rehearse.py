@@ -1,0 +1,84 @@
+"""``envace rehearse``: the oracle calibrates (reward 1, fidelity 1), a tiny random policy runs end to
+end from a Lightning checkpoint, and checkpoints load under the ``policy.*`` contract."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from envace.commands.rehearse import load_checkpoint, main, pick_task, rehearse
+from envace.policy import LoraSpec, PolicySpec, load_model
+
+TASK = "multi_turn_base_0"  # turn 0 gold: cd(document), mkdir(temp), mv(final_report.pdf -> temp)
+
+
+def _fidelity_row(out: str, group: str) -> list[float]:
+    line = next(x for x in out.splitlines() if x.startswith(group + " "))
+    return [float(v) for v in line.split()[1:]]
+
+
+def test_oracle_rehearses_perfectly_and_scores_one(capsys) -> None:
+    assert rehearse(policy="oracle", task_id=TASK) == 0
+    out = capsys.readouterr().out
+    assert "[context] <system turn:" in out and " tools: " in out and ", cd, cp, " in out  # tools summarised
+    assert (
+        "[act] <tool_call>" in out and '[rehearse] <execution_result>{"current_working_directory": "document"}' in out
+    )
+    table = out.split("== rehearsed vs real (3 calls) ==")[1]
+    assert re.search(r"cd\(folder=\"document\"\)\s+\| \{\"current_working_directory\": \"document\"\}\s+\| "
+                     r"\{\"current_working_directory\": \"document\"\}", table)  # fmt: skip
+    assert _fidelity_row(out, "all") == [3, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert _fidelity_row(out, "tool/mkdir") == [1, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert "reward: 1.000 (success True, bfcl-multi-turn)" in out
+
+
+def test_noop_without_real_env_scores_zero(capsys) -> None:
+    assert main(["--policy", "noop", "--task_id", TASK, "--real", "false", "--max_user_turns", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 user turn(s)" in out and "(no calls)" in out and "fidelity: no (rehearsed, real) pairs" in out
+    assert "reward: 0.000" in out and "[rehearse]" not in out
+
+
+def test_tiny_policy_from_a_lightning_checkpoint(tmp_path, capsys) -> None:
+    model = load_model(PolicySpec("tiny", seed=3))
+    ckpt = tmp_path / "last.ckpt"
+    state = {f"policy.{k}": v for k, v in model.state_dict().items()} | {"loss_fn.weight": torch.ones(1)}
+    torch.save({"state_dict": state, "epoch": 1}, ckpt)
+    loaded = load_checkpoint(PolicySpec("tiny", seed=0), str(ckpt))  # another seed: weights come from the file
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    args = ["--policy", "tiny", "--checkpoint", str(ckpt), "--task_id", TASK, "--max_new_tokens", "8",
+            "--rehearse_tokens", "8", "--seed", "1"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[context] <|im_start|>user" in out and re.search(r"^\[act\] ", out, re.M)
+    assert (
+        "== rehearsed vs real" in out and "| rehearsed" in out and re.search(r"^reward: (\d\.\d{3}|masked)", out, re.M)
+    )
+    assert "tokens context" in out and "act 8" in out  # a random model never stops within 8 tokens
+
+
+def test_lora_checkpoint_needs_and_uses_its_hyperparameters(tmp_path) -> None:
+    spec = PolicySpec("tiny", seed=0, lora=LoraSpec(r=4, target_modules=["q_proj"]))
+    model = load_model(spec)
+    trainable = {f"policy.{n}": torch.randn_like(p) for n, p in model.named_parameters() if p.requires_grad}
+    torch.save({"state_dict": trainable, "hyper_parameters": {"policy": spec}}, tmp_path / "lora.ckpt")
+    loaded = dict(load_checkpoint(PolicySpec("tiny"), str(tmp_path / "lora.ckpt")).named_parameters())
+    assert len(trainable) == 4 and all(torch.equal(loaded[k.removeprefix("policy.")], v) for k, v in trainable.items())
+    torch.save({"state_dict": trainable}, tmp_path / "bare.ckpt")
+    with pytest.raises(ValueError, match="no hyper_parameters"):
+        load_checkpoint(PolicySpec("tiny"), str(tmp_path / "bare.ckpt"))
+    torch.save({"state_dict": {"model.w": torch.ones(1)}}, tmp_path / "other.ckpt")
+    with pytest.raises(ValueError, match="no 'policy.\\*' entries"):
+        load_checkpoint(PolicySpec("tiny"), str(tmp_path / "other.ckpt"))
+
+
+def test_pick_task_defaults_and_errors() -> None:
+    first = pick_task("bfcl-multi-turn", "all", None, None, None)
+    assert first.id == TASK and len(first.user_turns) == len(first.gold) == 4
+    cut = pick_task("bfcl-multi-turn", "all", None, TASK, 2)
+    assert len(cut.user_turns) == len(cut.gold) == 2 and cut.user_turns == first.user_turns[:2]
+    with pytest.raises(ValueError, match="no task 'nope'"):
+        pick_task("bfcl-multi-turn", "all", None, "nope", 1)
