@@ -22,7 +22,16 @@ COMMANDS = {
 }
 
 
-def _lightning_cli(args: list[str] | None) -> Any:
+def _policy_name(policy: Any) -> str:
+    """The name_or_path of a parsed policy spec (a dataclass or, before instantiation, a namespace)."""
+    if policy is None:
+        return "smollm2-135m"
+    policy = getattr(policy, "init_args", policy)
+    return str(getattr(policy, "name_or_path", "smollm2-135m"))
+
+
+def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
+    """The LightningCLI of ``envace fit | validate | test`` (``run=False``: parse and instantiate only)."""
     from lightning.pytorch.cli import LightningCLI
 
     from envace.data.datamodule import EnvACEDataModule
@@ -31,7 +40,7 @@ def _lightning_cli(args: list[str] | None) -> Any:
     class EnvACECLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
             # the datamodule tokenises with the model's tokenizer
-            parser.link_arguments("model.init_args.policy.name_or_path", "data.tokenizer")
+            parser.link_arguments("model.init_args.policy", "data.tokenizer", compute_fn=_policy_name)
             parser.link_arguments("model.init_args.tool_style", "data.tool_style")
             parser.link_arguments("model.init_args.chat_format", "data.chat_format")
 
@@ -40,6 +49,7 @@ def _lightning_cli(args: list[str] | None) -> Any:
         EnvACEDataModule,
         subclass_mode_model=True,
         args=args,
+        run=run,
         trainer_defaults={"default_root_dir": "runs"},
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"default_env": False},
@@ -54,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         module, fn = COMMANDS[args[0]].split(":")
         rc = getattr(importlib.import_module(module), fn)(args[1:])
         return int(rc or 0)
-    _lightning_cli(argv)  # None: LightningCLI reads sys.argv itself
+    lightning_cli(argv)  # None: LightningCLI reads sys.argv itself
     return 0
 
 

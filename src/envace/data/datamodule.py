@@ -225,6 +225,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         chat_format: ``auto``, ``template`` or ``hermes`` (see :func:`envace.protocol.render.make_format`).
         max_prompt_tokens: keep only tasks whose prompt (system turn with the tools, tools added at the
             first turn, first user turn, tokenised as the rollout does) has at most this many tokens.
+        val_max_prompt_tokens: the same cap for validation tasks (default: ``max_prompt_tokens``); held-out
+            tool sets can have longer prompts than the training ones.
         max_user_turns: cut every task to its first k user turns (gold, added tools, records with them).
         tasks_per_step: tasks in one training (and validation) batch.
         sft_batch_size: grounded episodes in one training batch.
@@ -244,6 +246,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         tool_style: ToolStyle = "json",
         chat_format: str = "auto",
         max_prompt_tokens: int | None = None,
+        val_max_prompt_tokens: int | None = None,
         max_user_turns: int | None = None,
         tasks_per_step: int = 1,
         sft_batch_size: int = 2,
@@ -264,6 +267,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.val_sources = [SourceSpec.parse(s) for s in val_sources or []]
         self.tokenizer_name, self.tool_style, self.chat_format = tokenizer, tool_style, chat_format
         self.max_prompt_tokens, self.max_user_turns = max_prompt_tokens, max_user_turns
+        self.val_max_prompt_tokens = val_max_prompt_tokens if val_max_prompt_tokens is not None else max_prompt_tokens
         self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
         self.warm_start, self.max_sft_tokens = warm_start, max_sft_tokens
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
@@ -303,13 +307,13 @@ class EnvACEDataModule(pl.LightningDataModule):
         return len(ep)
 
     # -- setup ---------------------------------------------------------------------------------
-    def _load(self, specs: list[SourceSpec], split: str, cap: int | None) -> list[Task]:
+    def _load(self, specs: list[SourceSpec], split: str, cap: int | None, max_tokens: int | None) -> list[Task]:
         tasks = [t for spec in specs for t in spec.load()]
         self.counts[f"{split}_loaded"] = len(tasks)
         tasks = [truncate_task(t, self.max_user_turns) for t in tasks]
         self.counts[f"{split}_truncated"] = sum("truncated_from" in t.extra for t in tasks)
-        if self.max_prompt_tokens is not None:
-            tasks = [t for t in tasks if self.prompt_tokens(t) <= self.max_prompt_tokens]
+        if max_tokens is not None:
+            tasks = [t for t in tasks if self.prompt_tokens(t) <= max_tokens]
         self.counts[f"{split}_filtered_by_length"] = self.counts[f"{split}_loaded"] - len(tasks)
         tasks = tasks[:cap] if cap is not None else tasks
         self.counts[f"{split}_tasks"] = len(tasks)
@@ -348,8 +352,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         """Load, cut, filter, ground and tokenise (once; later calls do nothing)."""
         if self._ready:
             return
-        self.train_set = self._load(self.sources, "train", self.limit)
-        self.val_set = self._load(self.val_sources, "val", self.val_tasks)
+        self.train_set = self._load(self.sources, "train", self.limit, self.max_prompt_tokens)
+        self.val_set = self._load(self.val_sources, "val", self.val_tasks, self.val_max_prompt_tokens)
         self.episodes = self._ground(self.train_set) if self.warm_start else []
         self._ready = True
         c = self.counts

@@ -4,6 +4,8 @@ the optimizer, and per-token log-probs computed only where the loss needs them."
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +119,7 @@ class PolicyModule(pl.LightningModule):
         """Build the HF model here (not in ``__init__``) so FSDP can shard it as it is created."""
         if self.policy is not None:
             return
-        self.policy = load_model(self.policy_spec)
+        self.policy = load_model(self.policy_spec).train()
         if self.device_mesh is not None:
             self._shard(self.device_mesh)
 
@@ -167,7 +169,8 @@ class PolicyModule(pl.LightningModule):
         """Roll out ``group_size`` episodes per task; returns the rollout with ``episodes`` and ``stats``."""
         ro = self.rollout(responder, lockstep)
         began = time.perf_counter()
-        ro.episodes = ro.run(tasks, group_size)  # type: ignore[attr-defined]
+        with unsharded(self.policy):
+            ro.episodes = ro.run(tasks, group_size)  # type: ignore[attr-defined]
         ro.stats = summarize(ro.episodes, time.perf_counter() - began, self.engine)  # type: ignore[attr-defined]
         return ro
 
@@ -191,6 +194,28 @@ class PolicyModule(pl.LightningModule):
         scalars = {f"{prefix}/{k}": float(v.detach() if isinstance(v, Tensor) else v) for k, v in stats.items()
                    if _is_scalar(v)}  # fmt: skip
         self.log_dict(scalars, batch_size=batch_size, sync_dist=False)
+
+
+@contextmanager
+def unsharded(model: Any) -> Iterator[None]:
+    """Hold FSDP2-sharded parameters gathered while generating.
+
+    Ranks generate different episodes, so they run different numbers of forward passes; with
+    sharded parameters every forward is a collective and unequal counts would deadlock. Gathering
+    once (``unshard``, no reshard after forward) makes generation local to each rank.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in sharded:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in sharded:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
 
 
 def _is_scalar(v: Any) -> bool:
