@@ -60,7 +60,9 @@ def test_sampled_ids_and_logprobs_are_exact(tokenizer, tiny_model, bfcl_tasks) -
     task = bfcl_tasks["multi_turn_base_0"]
     sampler = Recording(make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16)))
     oracle = Recording(OracleEngine(tokenizer, sampler.engine.stop_ids))  # scripted acts make calls to rehearse
-    rollout = make_rollout(oracle, tokenizer, FMT, PolicyRehearsal(24, engine=sampler), RolloutLimits(max_new_tokens=32))
+    rollout = make_rollout(
+        oracle, tokenizer, FMT, PolicyRehearsal(24, engine=sampler), RolloutLimits(max_new_tokens=32)
+    )
     episodes = rollout.run([task], group_size=2)
     for ep in episodes:
         t = ep.tensors()
@@ -78,7 +80,9 @@ def test_sampled_ids_and_logprobs_are_exact(tokenizer, tiny_model, bfcl_tasks) -
     t = ep.tensors()
     act = t.roles == ROLE_IDS["act"]
     assert t.input_ids[act].tolist() == [i for s in actor.samples[id(ep)] for i in s.ids]
-    torch.testing.assert_close(t.logprobs[act], _fresh_logprobs(tiny_model, t.input_ids.tolist())[act], atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        t.logprobs[act], _fresh_logprobs(tiny_model, t.input_ids.tolist())[act], atol=1e-4, rtol=0
+    )
 
 
 def test_oracle_with_real_environment_reproduces_grounding(tokenizer, bfcl_tasks) -> None:
@@ -115,9 +119,9 @@ class Always(ScriptedEngine):
 def test_limits_end_episodes_with_flags(tokenizer, bfcl_tasks) -> None:
     task = bfcl_tasks["multi_turn_base_0"]
     call = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
-    ep = make_rollout(Always(tokenizer, call), tokenizer, FMT, RealEnvironment(), RolloutLimits(max_steps_per_turn=3)).run(
-        [task], 1
-    )[0]
+    ep = make_rollout(
+        Always(tokenizer, call), tokenizer, FMT, RealEnvironment(), RolloutLimits(max_steps_per_turn=3)
+    ).run([task], 1)[0]
     assert ep.flags == {"max_steps"} and len(ep.calls) == 3 and ep.turn == 0
     many = call * 3
     ep = make_rollout(Always(tokenizer, many), tokenizer, FMT, RealEnvironment(), RolloutLimits(max_calls_per_step=2,
@@ -142,9 +146,9 @@ def test_truncated_generation_is_flagged(tokenizer, tiny_model, bfcl_tasks) -> N
 def test_invalid_calls_get_structured_errors_as_context(tokenizer, bfcl_tasks) -> None:
     task = bfcl_tasks["multi_turn_base_0"]
     bad = '<tool_call>{"name": "format_disk", "arguments": {}}</tool_call><tool_call>{oops</tool_call>'
-    ep = make_rollout(Always(tokenizer, bad), tokenizer, FMT, PolicyRehearsal(), RolloutLimits(max_steps_per_turn=1)).run(
-        [task], 1
-    )[0]
+    ep = make_rollout(
+        Always(tokenizer, bad), tokenizer, FMT, PolicyRehearsal(), RolloutLimits(max_steps_per_turn=1)
+    ).run([task], 1)[0]
     assert ep.format_errors == 2 and ep.calls == []
     text = ep.builder.text()
     assert '"code": "UNKNOWN_TOOL"' in text and '"code": "CALL_JSON_DECODE_ERROR"' in text
@@ -153,11 +157,14 @@ def test_invalid_calls_get_structured_errors_as_context(tokenizer, bfcl_tasks) -
 
 def test_replay_matches_by_name_and_arguments(tokenizer) -> None:
     tools = [{"name": "quote", "parameters": {"type": "object", "properties": {"s": {"type": "string"}}}}]
-    recorded = [CallRecord(ToolCall("quote", {"s": "A"}), {"p": 1}), CallRecord(ToolCall("quote", {"s": "B"}), {"p": 2})]
+    recorded = [
+        CallRecord(ToolCall("quote", {"s": "A"}), {"p": 1}),
+        CallRecord(ToolCall("quote", {"s": "B"}), {"p": 2}),
+    ]
     task = Task(id="r", benchmark="finmcp", tools=tools, user_turns=["go"], recorded=recorded)
     calls = "".join(f'<tool_call>{{"name": "quote", "arguments": {{"s": "{s}"}}}}</tool_call>' for s in "BZZ")
     ep = make_rollout(Always(tokenizer, calls), tokenizer, FMT, Replay(), RolloutLimits(max_steps_per_turn=1)).run(
         [task], 1
     )[0]
-    assert [c.response for c in ep.calls] == [{"p": 2}, {"p": 1}, {"error": {"code": "REPLAY_MISS",
-                                                                              "message": "no recorded response for quote"}}]  # fmt: skip
+    miss = {"error": {"code": "REPLAY_MISS", "message": "no recorded response for quote"}}
+    assert [c.response for c in ep.calls] == [{"p": 2}, {"p": 1}, miss]
