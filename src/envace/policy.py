@@ -110,7 +110,7 @@ def packaged_folder(name: str = "smollm2-135m") -> Path:
             return out
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model.hf_quantizer = None  # de-quantised already; lets save_pretrained proceed
+        model.hf_quantizer = None  # type: ignore[assignment]  # de-quantised already; lets save_pretrained run
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
         try:
             model.save_pretrained(tmp)

@@ -70,8 +70,12 @@ def test_episode_decodes_to_the_whole_rendering(tokenizer) -> None:
     whole = fmt.render(task.system_prompt, TOOLS, traj.messages)
     assert ep.text() == whole
     # SmolLM2's own template is plain ChatML and append-only: rendering it whole gives the same text
-    dicts = [{"role": "system", "content": fmt.system(task.system_prompt, TOOLS)[len("<|im_start|>system\n"):
-                                                                               -len("<|im_end|>\n")]}]
+    dicts = [
+        {
+            "role": "system",
+            "content": fmt.system(task.system_prompt, TOOLS)[len("<|im_start|>system\n") : -len("<|im_end|>\n")],
+        }
+    ]
     for m in traj.messages:
         if m.role == "assistant":
             dicts.append({"role": "assistant", "content": fmt.assistant_body(m.content, m.tool_calls)})

@@ -59,8 +59,19 @@ def test_parse_rehearsal_never_raises(text: str) -> None:
     assert is_error(out) or (isinstance(out, dict | list) and out)
 
 
-TAG_SOUP = ["<tool_call>", "</tool_call>", '{"name": "ls", "arguments": {}}', "{", "}", '"', "x",
-            "<execution_result>", "</execution_result>", "[1]", "\n"]
+TAG_SOUP = [
+    "<tool_call>",
+    "</tool_call>",
+    '{"name": "ls", "arguments": {}}',
+    "{",
+    "}",
+    '"',
+    "x",
+    "<execution_result>",
+    "</execution_result>",
+    "[1]",
+    "\n",
+]
 
 
 @settings(max_examples=300, deadline=None)

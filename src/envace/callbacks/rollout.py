@@ -115,10 +115,11 @@ class RolloutLogger(pl.Callback):
         if not self._val:
             return
         episodes, rewards = zip(*self._val, strict=True)
-        pl_module.log_dict(reward_metrics(list(episodes), list(rewards), prefix="val_"), batch_size=len(episodes),
-                           sync_dist=True)
+        pl_module.log_dict(
+            reward_metrics(list(episodes), list(rewards), prefix="val_"), batch_size=len(episodes), sync_dist=True
+        )
         if not trainer.sanity_checking:
-            experiment = getattr(trainer.logger, "experiment", None)
+            experiment: Any = getattr(trainer.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
                 experiment.add_text("samples/transcript", transcript(episodes[0]), trainer.global_step)
         self._val.clear()

@@ -135,7 +135,8 @@ class PolicyModule(pl.LightningModule):
         fully_shard(self.policy, mesh=dp_mesh, mp_policy=mp)
 
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.trainer.model.parameters() if p.requires_grad]
+        model: Any = self.trainer.model
+        params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=self.optim.lr, weight_decay=self.optim.weight_decay, betas=self.optim.betas)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

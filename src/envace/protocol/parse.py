@@ -120,7 +120,7 @@ def _normalise_schema(schema: Any) -> Any:
         return [_normalise_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in schema.items():
         if k == "type" and isinstance(v, str) and v in _TYPE_ALIASES:
             if _TYPE_ALIASES[v] is None:

@@ -177,7 +177,7 @@ class GenerationEngine:
                 self.model(input_ids=torch.tensor([prefix], device=device), cache=cache, use_cache=True)
             finally:
                 self.model.train(was_training)
-            self._prefixes[prefix] = [(layer.keys, layer.values) for layer in cache.layers]
+            self._prefixes[prefix] = [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
         kv = self._prefixes[prefix]
         return DynamicCache(
             ddp_cache_data=[(k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous())
