@@ -12,6 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 
 from envace.data.batch import StepBatch, TokenBatch
 from envace.losses import RoleNLLLoss, gather_logprobs
@@ -69,6 +70,61 @@ def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> T
     return out.index_copy(1, positions, lp)
 
 
+def shared_prefix_length(batch: TokenBatch, minimum: int = 64) -> int:
+    """Length of the context prefix every row shares (0 when shorter than ``minimum``).
+
+    It stops before the first position whose log-prob the loss needs, so that position's logits
+    still come from the per-row part.
+    """
+    ids, mask = batch.input_ids, batch.loss_mask.bool()
+    same = (ids == ids[:1]).all(dim=0) & batch.attention_mask.bool().all(dim=0)
+    differs = (~same).nonzero()
+    n = int(differs[0]) if len(differs) else ids.shape[1]
+    needed = mask.any(dim=0).nonzero()
+    if len(needed):
+        n = min(n, int(needed[0]) - 1)
+    return n if n >= minimum and ids.shape[0] > 1 else 0
+
+
+def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_size: int = 512) -> Tensor:
+    """:func:`selected_logprobs` with the shared prefix run once instead of once per row.
+
+    A group's episodes share the system turn with its tool block; its keys and values are computed
+    for one row and expanded to the batch (autograd sums the gradient of every row back into them),
+    then each row's own part attends to them. Same values and gradients, ``(B - 1) * prefix`` fewer
+    tokens through the network.
+    """
+    batch_size = batch.input_ids.shape[0]
+    cache = DynamicCache(config=_config(model))
+    model(input_ids=batch.input_ids[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1)
+    shared = DynamicCache(
+        ddp_cache_data=[
+            (layer.keys.expand(batch_size, -1, -1, -1), layer.values.expand(batch_size, -1, -1, -1))  # type: ignore[union-attr]
+            for layer in cache.layers
+        ],
+        config=_config(model),
+    )
+    rest = TokenBatch(*(t[:, prefix:] for t in batch))
+    mask = batch.loss_mask.bool()[:, prefix:]
+    positions = mask.any(dim=0).nonzero().squeeze(-1)  # needed positions within the per-row part
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    if positions.numel() == 0:
+        return out
+    logits = model(
+        input_ids=rest.input_ids,
+        attention_mask=batch.attention_mask,  # prefix + rows: the mask covers the cached positions too
+        cache=shared,
+        use_cache=True,
+        logits_to_keep=positions - 1,
+    ).logits
+    lp = gather_logprobs(logits, rest.input_ids[:, positions], chunk_size)
+    return out.index_copy(1, positions + prefix, lp)
+
+
+def _config(model: Any) -> Any:
+    return getattr(model, "config", None) or model.get_base_model().config
+
+
 class PolicyModule(pl.LightningModule):
     """Base of :class:`~envace.modules.SFTModule` and :class:`~envace.modules.EnvACEModule`.
 
@@ -82,6 +138,8 @@ class PolicyModule(pl.LightningModule):
         sampling: how the policy samples.
         rehearse_tokens: most tokens of one rehearsed tool response.
         val_group_size: episodes per validation task.
+        share_prefix: in the loss forward, run the context prefix the batch's episodes share (a group's
+            system turn and tools) once instead of once per episode.
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
@@ -96,6 +154,7 @@ class PolicyModule(pl.LightningModule):
         sampling: SamplingConfig | None = None,
         rehearse_tokens: int = 128,
         val_group_size: int = 1,
+        share_prefix: bool = True,
         sft_loss: RoleNLLLoss | None = None,
         fsdp_layer_names: tuple[str, ...] = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"),
     ):
@@ -106,6 +165,7 @@ class PolicyModule(pl.LightningModule):
         self.sampling = sampling or SamplingConfig()
         self.rehearse_tokens = rehearse_tokens
         self.val_group_size = val_group_size
+        self.share_prefix = share_prefix
         self.sft_loss = sft_loss or RoleNLLLoss()
         self._engine: GenerationEngine | None = None
         self.fsdp_layer_names = tuple(fsdp_layer_names)
@@ -147,6 +207,10 @@ class PolicyModule(pl.LightningModule):
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
     def token_logprobs(self, batch: TokenBatch) -> Tensor:
+        """Per-token log-probs of the current policy at loss positions (shared prefix run once)."""
+        prefix = shared_prefix_length(batch) if self.share_prefix else 0
+        if prefix:
+            return prefix_shared_logprobs(self.policy, batch, prefix)
         return selected_logprobs(self.policy, batch)
 
     def sft_step(self, batch: TokenBatch, split: str) -> Tensor:
