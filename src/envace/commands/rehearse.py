@@ -72,7 +72,7 @@ def pick_task(source: str, split: str, path: str | None, task_id: str | None, ma
 
 
 def _lora_from_hparams(ckpt: dict[str, Any], path: str) -> LoraSpec:
-    spec = (ckpt.get("hyper_parameters") or {}).get("policy")
+    spec = (ckpt.get("envace") or ckpt.get("hyper_parameters") or {}).get("policy")
     lora = spec.lora if isinstance(spec, PolicySpec) else (spec or {}).get("lora") if isinstance(spec, dict) else None
     if lora is None:
         raise ValueError(f"{path}: LoRA weights but no hyper_parameters['policy'].lora to rebuild the adapters")

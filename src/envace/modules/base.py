@@ -3,6 +3,7 @@ the optimizer, and per-token log-probs computed only where the loss needs them."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -249,7 +250,10 @@ class PolicyModule(pl.LightningModule):
 
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """With LoRA, keep only trainable weights: the frozen base is rebuilt from ``policy``."""
+        """Record the policy spec (plain data: the file opens with ``torch.load(weights_only=True)``
+        in ``envace rehearse``/``evaluate``); with LoRA, keep only the trainable weights: the frozen
+        base is rebuilt from the spec."""
+        checkpoint["envace"] = {"policy": dataclasses.asdict(self.policy_spec), "tool_style": self.fmt.tool_style}
         if self.policy_spec.lora is None or self.device_mesh is not None:
             return
         trainable = {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
