@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args and args[0] in COMMANDS:
         module, fn = COMMANDS[args[0]].split(":")
-        rc = getattr(importlib.import_module(module), fn)(args[1:])
+        try:
+            rc = getattr(importlib.import_module(module), fn)(args[1:])
+        except (ValueError, FileNotFoundError) as exc:  # bad input: a clear message, not a traceback
+            print(f"envace {args[0]}: error: {exc}", file=sys.stderr)
+            return 2
         return int(rc or 0)
     lightning_cli(argv)  # None: LightningCLI reads sys.argv itself
     return 0
