@@ -148,7 +148,7 @@ class BFCLEnvironment(Environment):
             return error_observation("UNKNOWN_TOOL", f"no involved class implements {call.name!r}")
         method = getattr(self._instances[class_name], call.name)
         try:
-            result = method(**call.arguments)
+            result = method(**copy.deepcopy(call.arguments))  # the API keeps (and later mutates) what it gets
         except Exception as exc:  # the API code is not ours: any failure becomes an observation
             return error_observation(EXECUTION_ERROR, f"{call.name}: {type(exc).__name__}: {exc}")
         return _response(result)

@@ -135,6 +135,9 @@ class Rollout:
         limits: episode limits.
         user: the user-turn hook (scripted by default; a user simulator for tau2).
         lockstep: also execute every call in a real environment and keep (rehearsed, real) pairs.
+        validate_calls: check each parsed call against the visible tools' schemas (model-written
+            calls always are); ``False`` only for reference policies that write the benchmark's own
+            gold, which the official harnesses run without a schema check.
     """
 
     def __init__(
@@ -146,9 +149,11 @@ class Rollout:
         limits: RolloutLimits | None = None,
         user: UserHook = scripted_user,
         lockstep: bool = False,
+        validate_calls: bool = True,
     ):
         self.engine, self.fmt, self.encode = engine, fmt, encode
         self.responder, self.limits, self.user, self.lockstep = responder, limits or RolloutLimits(), user, lockstep
+        self.validate_calls = validate_calls
         responder.bind(engine, encode.tokenizer)
 
     def run(self, tasks: list[Task], group_size: int = 1) -> list[Episode]:
@@ -215,7 +220,8 @@ class Rollout:
             return ep.finish("truncated")
         ep.builder.context(self.fmt.assistant().trailer)
         text = self.encode.tokenizer.decode(sample.ids, skip_special_tokens=True)
-        parsed = parse_act(text, ep.task.tools_at(ep.turn), self.limits.max_calls_per_step)
+        tools = ep.task.tools_at(ep.turn) if self.validate_calls else None
+        parsed = parse_act(text, tools, self.limits.max_calls_per_step)
         ep.format_errors += parsed.n_errors
         ep.messages.append(Message("assistant", parsed.content, parsed.valid_calls))
         if parsed.calls:
