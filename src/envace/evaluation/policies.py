@@ -1,0 +1,132 @@
+"""The policy under evaluation: a checkpoint, the packaged model, or a reference policy.
+
+``--policy`` takes
+
+* ``oracle`` — writes the benchmark's gold (its own reference calls per benchmark; no model);
+* ``noop`` — never calls a tool (no model);
+* ``smollm2-135m`` (packaged), ``tiny`` (random, tests), a hub id or a ``save_pretrained`` folder;
+* a Lightning ``.ckpt`` of the training module: its ``state_dict`` entries ``policy.*`` are loaded
+  into the model built from ``base`` (with LoRA adapters rebuilt from ``hyper_parameters["policy"]``
+  when the checkpoint holds adapter weights only). The checkpoint is read with
+  ``torch.load(weights_only=True)``.
+
+Reference policies write the benchmark's own data, so their calls run as the official harnesses run
+gold: without the argument-schema check (dispatch stays whitelisted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envace.policy import LoraSpec, PolicySpec, load_model, load_tokenizer
+from envace.protocol.render import ChatFormat, make_format
+from envace.rollout import Engine, SamplingConfig, make_engine, stop_ids
+from envace.rollout.loop import Episode
+from envace.rollout.reference import NoopEngine, ScriptedEngine
+
+REFERENCE_POLICIES = ("oracle", "noop")
+
+
+@dataclass
+class PolicyConfig:
+    """Which policy to evaluate and how it is loaded.
+
+    Args:
+        dtype: weight dtype of a model policy (``float32`` or ``bfloat16``).
+        base: the model a ``.ckpt`` checkpoint's weights are loaded into (its ``name_or_path``).
+        chat_format: ``auto`` (the tokenizer's template when it renders tools, else Hermes),
+            ``template`` or ``hermes``; use what the checkpoint was trained with.
+        tool_style: how the Hermes format lists tools: ``json`` (full schemas) or ``compact``.
+        seed: weight seed of the ``tiny`` test model.
+    """
+
+    dtype: str = "float32"
+    base: str = "smollm2-135m"
+    chat_format: str = "auto"
+    tool_style: str = "json"
+    seed: int = 0
+
+
+@dataclass
+class TextEngine(ScriptedEngine):
+    """A scripted engine whose text per episode comes from a function (the benchmark's oracle)."""
+
+    text: Callable[[Episode], str] = field(default=lambda ep: "")
+
+    def text_for(self, episode: Episode) -> str:
+        return self.text(episode)
+
+
+@dataclass
+class Policy:
+    """A loaded policy: its tokenizer and chat format, and its model (``None`` for reference policies)."""
+
+    name: str
+    tokenizer: Any
+    fmt: ChatFormat
+    model: Any = None
+
+    @property
+    def reference(self) -> bool:
+        return self.name in REFERENCE_POLICIES
+
+    def engine(self, sampling: SamplingConfig, oracle: Callable[[Episode], str] | None = None) -> Engine:
+        """A fresh generation engine: sampling over the model, or the scripted reference policy."""
+        stops = stop_ids(self.tokenizer, self.fmt)
+        if self.name == "noop":
+            return NoopEngine(self.tokenizer, stops)
+        if self.name == "oracle":
+            if oracle is None:
+                raise ValueError("this benchmark defines no oracle")
+            return TextEngine(self.tokenizer, stops, text=oracle)
+        return make_engine(self.model, self.tokenizer, self.fmt, sampling)
+
+
+def load_checkpoint(spec: PolicySpec, path: str) -> Any:
+    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``."""
+    with torch.serialization.safe_globals([PolicySpec, LoraSpec]):
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # pickled objects beyond tensors and our config dataclasses
+            raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True): {exc}") from exc
+    state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
+    if not state:
+        raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
+    lora = None
+    if any(k.startswith("base_model.model.") for k in state):  # peft adapters
+        hp = (ckpt.get("hyper_parameters") or {}).get("policy")
+        raw = hp.lora if isinstance(hp, PolicySpec) else (hp or {}).get("lora") if isinstance(hp, dict) else None
+        if raw is None:
+            raise ValueError(f"{path}: LoRA weights but no hyper_parameters['policy'].lora to rebuild the adapters")
+        lora = raw if isinstance(raw, LoraSpec) else LoraSpec(**raw)
+    model = load_model(dataclasses.replace(spec, lora=lora))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or (missing and lora is None):  # a LoRA checkpoint holds the trainable weights only
+        raise ValueError(f"{path}: weights do not fit {spec.name_or_path!r}: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")  # fmt: skip
+    return model
+
+
+def load_eval_policy(name: str, config: PolicyConfig | None = None) -> Policy:
+    """Load ``name`` (see the module docstring) for evaluation; models are put in eval mode."""
+    config = config or PolicyConfig()
+    tok_source = "tiny" if name in REFERENCE_POLICIES else name
+    model: Any = None
+    if name.endswith(".ckpt"):
+        if not Path(name).is_file():
+            raise FileNotFoundError(f"checkpoint not found: {name}")
+        tok_source = config.base
+        model = load_checkpoint(PolicySpec(config.base, dtype=config.dtype, seed=config.seed), name)
+    elif name not in REFERENCE_POLICIES:
+        if Path(name).is_dir() and not (Path(name) / "tokenizer_config.json").exists():
+            tok_source = config.base  # weights saved without their tokenizer
+        model = load_model(PolicySpec(name, dtype=config.dtype, seed=config.seed))
+    tokenizer = load_tokenizer(tok_source)
+    fmt = make_format(tokenizer, config.chat_format, config.tool_style)  # type: ignore[arg-type]
+    return Policy(name, tokenizer, fmt, model.eval() if model is not None else None)

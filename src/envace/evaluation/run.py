@@ -1,0 +1,228 @@
+"""``envace evaluate``: benchmark evaluation with test-time private rehearsal.
+
+    envace evaluate --config configs/eval/bfcl.yaml --rehearsal.mode parallel --rehearsal.n 4
+    envace evaluate --config configs/eval/bfcl.yaml --rehearsal.n_values [0,2,4] --rehearsal.modes [parallel,sequential]
+    envace evaluate --config configs/eval/tau2.yaml --policy runs/fit/version_0/checkpoints/last.ckpt
+
+Every rehearsal setting (plain, or N imagined attempts, parallel or sequential) runs the same tasks
+with the same seeds; each committed episode is scored by the benchmark's own scorer; the table,
+per-item records, a plot and a summary go to ``out``. See ``docs/evaluation.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from envace.evaluation.base import Benchmark, ItemResult, TaskFilter, by_category, item_result
+from envace.evaluation.bfcl import BFCLBenchmark
+from envace.evaluation.others import FinMCPBenchmark, VitaBenchmark
+from envace.evaluation.policies import Policy, PolicyConfig, load_eval_policy
+from envace.evaluation.report import Row, make_rows, sort_rows, to_markdown, write_outputs
+from envace.evaluation.tau2 import Tau2Benchmark, model_user
+from envace.evaluation.users import UserSimConfig
+from envace.inference import RehearsalConfig, RehearsingRollout
+from envace.protocol.episode import PieceEncoder
+from envace.rewards.base import RewardOutput
+from envace.rollout import ExternalSimulator, Responder, RolloutLimits, SamplingConfig, make_engine
+from envace.types import Task
+
+BenchmarkName = Literal["bfcl", "tau2", "vitabench", "finmcp"]
+REFERENCE_LIMITS = {"max_new_tokens": 16_384, "max_calls_per_step": 64, "max_episode_tokens": 10**7}
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` returns: the table rows, per-item results, notes, files and wall times."""
+
+    rows: list[Row]
+    items: list[ItemResult]
+    notes: list[str]
+    files: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_setting(
+    bench: Benchmark,
+    policy: Policy,
+    tasks: list[Task],
+    setting: RehearsalConfig,
+    limits: RolloutLimits,
+    sampling: SamplingConfig,
+    seed: int,
+    trial: int,
+    batch_tasks: int,
+) -> list[ItemResult]:
+    """Run and score every task once under one rehearsal setting (one trial)."""
+    torch.manual_seed(seed + trial)
+    engine = policy.engine(sampling, bench.oracle)
+    user = bench.user(policy)
+    items = []
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(bench.category(t), []).append(t)
+    for category, group in by_cat.items():
+        rollout = RehearsingRollout(
+            engine, policy.fmt, PieceEncoder(policy.tokenizer), bench.responder(policy),
+            bench.limits(category, limits), user=user, validate_calls=not policy.reference, rehearsal=setting,
+            imagine=bench.imagine(policy),
+        )  # fmt: skip
+        for start in range(0, len(group), max(1, batch_tasks)):
+            for ep in rollout.run(group[start : start + batch_tasks]):
+                try:
+                    out = bench.score(ep)
+                except Exception as exc:  # a scorer that cannot score masks the item, never stops the run
+                    out = RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}"})
+                items.append(item_result(bench.name, ep, out, category, setting.mode, setting.n, trial))
+    return items
+
+
+def _benchmark(
+    name: BenchmarkName, tasks: TaskFilter, user: UserSimConfig, solo: bool, trials: int, simulator: str | None,
+    model: PolicyConfig, sampling: SamplingConfig, rehearse_tokens: int,
+) -> Benchmark:  # fmt: skip
+    def load(n: str) -> Policy:
+        return load_eval_policy(n, model)
+
+    make_user = model_user(user, load, sampling) if user.kind == "simulator" else None
+    if name == "bfcl":
+        return BFCLBenchmark(tasks)
+    if name == "tau2":
+        return Tau2Benchmark(tasks, solo=solo, trials=trials, make_user=make_user)
+    if name == "vitabench":
+        sim = None if simulator is None else _external_simulator(load(simulator), sampling, rehearse_tokens)
+        return VitaBenchmark(tasks, simulator=sim, make_user=make_user)
+    if name == "finmcp":
+        return FinMCPBenchmark(tasks)
+    raise ValueError(f"unknown benchmark {name!r}")
+
+
+def _external_simulator(sim: Policy, sampling: SamplingConfig, max_tokens: int) -> Callable[[Policy], Responder]:
+    """A committed responder factory: ``sim``'s frozen weights answer calls (``ExternalSimulator``)."""
+
+    def build(policy: Policy) -> Responder:
+        engine = make_engine(sim.model, sim.tokenizer, sim.fmt, sampling)
+        return ExternalSimulator(sim.name, max_new_tokens=max_tokens, engine=engine, tokenizer=sim.tokenizer)
+
+    return build
+
+
+def _headline(bench: Benchmark, rows: list[Row]) -> tuple[str, str]:
+    cats = [r.category for r in rows if r.metric == bench.headline]
+    for preferred in ("[overall_evaluated]", "[all]"):
+        if preferred in cats:
+            return bench.headline, preferred
+    return bench.headline, cats[0] if cats else ""
+
+
+def evaluate(
+    benchmark: BenchmarkName = "bfcl",
+    policy: str = "smollm2-135m",
+    tasks: TaskFilter | None = None,
+    rehearsal: RehearsalConfig | None = None,
+    limits: RolloutLimits | None = None,
+    sampling: SamplingConfig | None = None,
+    model: PolicyConfig | None = None,
+    user: UserSimConfig | None = None,
+    solo: bool = False,
+    simulator: str | None = None,
+    trials: int = 1,
+    seed: int = 0,
+    batch_tasks: int = 16,
+    out: str | None = "runs/eval",
+    quiet: bool = False,
+) -> EvalResult:
+    """Evaluate a policy on a benchmark under one or several test-time rehearsal settings.
+
+    Args:
+        benchmark: ``bfcl``, ``tau2``, ``vitabench`` or ``finmcp`` (OpenAI-chat logs with recorded results).
+        policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
+            (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``.
+        tasks: which tasks (categories, split, a per-category limit, ids, max user turns, data path).
+        rehearsal: the rehearsal setting, or a sweep (``n_values`` × ``modes``).
+        limits: episode limits (reference policies run without token and call limits).
+        sampling: how the policy samples (and the user simulator, at its own temperature).
+        model: how a model policy is loaded (dtype, chat format, tool rendering, ``.ckpt`` base).
+        user: who plays the user on tau2 and VitaBench.
+        solo: tau2: run telecom in tau2's solo mode.
+        simulator: VitaBench: a model that answers committed calls (``ExternalSimulator``); default:
+            the policy's own rehearsal.
+        trials: runs of every task per setting, with seeds ``seed + trial`` (tau2's pass^k).
+        seed: the base seed; two runs with one seed give identical tables.
+        batch_tasks: tasks whose episodes (and imagined attempts) generate together.
+        out: the output folder (``None``: write nothing).
+        quiet: do not print progress and the table.
+    """
+    tasks, rehearsal = tasks or TaskFilter(), rehearsal or RehearsalConfig()
+    limits, sampling = limits or RolloutLimits(), sampling or SamplingConfig()
+    model, user = model or PolicyConfig(), user or UserSimConfig()
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    began = time.perf_counter()
+    pol = load_eval_policy(policy, model)
+    if pol.reference:
+        limits = dataclasses.replace(limits, **{k: max(getattr(limits, k), v) for k, v in REFERENCE_LIMITS.items()})
+    bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling, rehearsal.rehearse_tokens)
+    task_list = bench.tasks()
+    if not task_list:
+        raise ValueError(f"no {benchmark} tasks match {tasks}")
+    ready = time.perf_counter() - began
+    log(f"[evaluate] {benchmark}: {len(task_list)} tasks, policy {policy}, ready in {ready:.0f} s")
+    rows: list[Row] = []
+    items: list[ItemResult] = []
+    seconds: dict[str, float] = {}
+    for setting in rehearsal.settings():
+        t0 = time.perf_counter()
+        got = []
+        for trial in range(trials):
+            got += run_setting(bench, pol, task_list, setting, limits, sampling, seed, trial, batch_tasks)
+        key = f"{setting.mode}-{setting.n}"
+        seconds[key] = round(time.perf_counter() - t0, 2)
+        items += got
+        rows += make_rows(bench.name, setting.mode, setting.n, bench.summarize(got))
+        wins = ", ".join(f"{c} {sum(i.success for i in g)}/{len(g)}" for c, g in by_category(got).items())
+        log(f"[evaluate] {key}: {len(got)} episodes in {seconds[key]:.1f} s; successes {wins}")
+    rows = sort_rows(rows)
+    notes = bench.notes()
+    result = EvalResult(rows, items, notes, seconds=seconds)
+    if not quiet:
+        print(to_markdown(rows, notes))
+    if out is not None:
+        meta = {
+            "benchmark": benchmark, "policy": policy, "seed": seed, "trials": trials, "tasks": len(task_list),
+            "settings": [dataclasses.asdict(s) for s in rehearsal.settings()], "seconds": seconds,
+            "total_seconds": round(time.perf_counter() - began, 2), "limits": dataclasses.asdict(limits),
+        }  # fmt: skip
+        result.files = write_outputs(Path(out), rows, items, notes, meta, _headline(bench, rows))
+        log(f"[evaluate] wrote {', '.join(result.files.values())}")
+    return result
+
+
+def parser() -> Any:
+    """The ``envace evaluate`` argument parser: ``--config`` files and every argument of :func:`evaluate`."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    p = ArgumentParser(prog="envace evaluate", description=__doc__.split("\n\n")[0], default_env=False)
+    p.add_argument("--config", action=ActionConfigFile, help="a YAML config (configs/eval/<benchmark>.yaml)")
+    p.add_function_arguments(evaluate, as_positional=False)
+    return p
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    """The keyword arguments of :func:`evaluate` for a command line (nested configs instantiated)."""
+    p = parser()
+    init = p.instantiate_classes(p.parse_args(argv))
+    return {name: init.get(name) for name in inspect.signature(evaluate).parameters}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``envace evaluate``: :func:`evaluate` from the command line and ``--config`` files (jsonargparse)."""
+    evaluate(**parse(sys.argv[1:] if argv is None else list(argv)))
+    return 0

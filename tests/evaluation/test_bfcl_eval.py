@@ -1,0 +1,99 @@
+"""BFCL evaluation: the oracle passes bfcl-eval's own checkers, noop scores what they predict, the
+multi-turn checker sees the committed calls, and the Overall uses bfcl-eval's aggregation."""
+
+from __future__ import annotations
+
+import pytest
+
+from envace.data.sources import load_source
+from envace.evaluation import TaskFilter, evaluate
+from envace.evaluation.bfcl import OFFLINE_CATEGORIES, TrustedEnvironment, official_multi_turn, overall
+from envace.evaluation.bfcl_reference import OMIT, java_source, js_source, pick, reference_calls
+from envace.protocol.episode import PieceEncoder
+from envace.protocol.render import HermesFormat
+from envace.rollout import Rollout, RolloutLimits
+from envace.rollout.reference import ScriptedEngine
+from envace.types import Task
+
+IRRELEVANCE = {"irrelevance", "live_irrelevance"}
+# BFCL items no output can pass under bfcl-eval's own checker (their possible answers break their docs)
+UNPASSABLE = {
+    "simple_java_36", "simple_java_65",  # ArrayList<any>: the checker turns every element into a string
+    "live_simple_106-63-0", "live_simple_112-68-0",  # a required parameter with no acceptable value
+    "live_multiple_507-149-4",  # a required parameter whose only acceptable value is "omitted"
+    "live_multiple_862-181-3",  # the answer names a parameter the function does not have
+    "live_multiple_964-207-0",  # the answer names a parameter the function does not have
+}  # fmt: skip
+
+
+def _accuracy(result) -> dict[str, float]:
+    return {r.category: r.value for r in result.rows if r.mode == "none"}
+
+
+def test_oracle_and_noop_on_the_first_tasks_of_every_category() -> None:
+    oracle = _accuracy(evaluate("bfcl", "oracle", tasks=TaskFilter(limit=3), out=None, quiet=True))
+    assert {c: oracle[c] for c in OFFLINE_CATEGORIES} == {c: 1.0 for c in OFFLINE_CATEGORIES}
+    assert oracle["[overall_evaluated]"] == 1.0
+    assert oracle["[overall_partial]"] == pytest.approx(0.6)  # agentic (40 %) does not run
+    noop = _accuracy(evaluate("bfcl", "noop", tasks=TaskFilter(limit=3), out=None, quiet=True))
+    assert {c: noop[c] for c in OFFLINE_CATEGORIES} == {c: float(c in IRRELEVANCE) for c in OFFLINE_CATEGORIES}
+    assert noop["[overall_partial]"] == pytest.approx(0.1)  # irrelevance weighs 10 of 100
+
+
+@pytest.mark.slow
+def test_oracle_on_every_offline_category() -> None:
+    result = evaluate("bfcl", "oracle", out=None, quiet=True)
+    failed = {it.task_id for it in result.items if not it.success}
+    assert failed == UNPASSABLE
+    assert len(result.items) == 4441
+
+
+def test_overall_uses_bfcl_weights() -> None:
+    perfect = {c: (1.0, 10) for c in OFFLINE_CATEGORIES}
+    assert overall(perfect) == pytest.approx(
+        {"non_live": 1.0, "live": 1.0, "irrelevance": 1.0, "multi_turn": 1.0, "agentic": 0.0, "overall": 0.6}
+    )
+    assert overall(perfect, evaluated_only=True)["overall"] == pytest.approx(1.0)
+    only_multi = {"multi_turn_base": (0.5, 4)}
+    assert overall(only_multi)["multi_turn"] == pytest.approx(0.125)  # 3 missing multi-turn categories count 0
+    assert overall(only_multi, evaluated_only=True) == pytest.approx({"multi_turn": 0.5, "overall": 0.5})
+    # live is weighted by item counts, as bfcl-eval does: missing live categories count with their sizes
+    live = overall({"live_simple": (1.0, 258)}, evaluated_only=True)["live"]
+    assert live == 1.0 and overall({"live_simple": (1.0, 258)})["live"] == pytest.approx(258 / (258 + 1053 + 16 + 24))
+
+
+def test_reference_values_convert_back_under_the_checker_types() -> None:
+    assert pick(["", 3]) == 3 and pick(["", 3], required=False) is OMIT and pick([None]) is None
+    assert java_source(True, "boolean") == "true" and java_source(2.5, "float") == "2.5f"
+    assert java_source(["a", "b"], "ArrayList", "String") == 'new ArrayList<>(Arrays.asList("a", "b"))'
+    assert java_source({"k": 1}, "HashMap") == 'new HashMap<String, Object>() {{ put("k", 1); }}'
+    assert js_source({"a": [1, "x"]}, "dict") == '{a: [1, "x"]}' and js_source("raw", "String") == "raw"
+    answer = [{"f": {"on": [True]}}]
+    t = Task("t", "bfcl", category="simple_java", extra={"possible_answer": answer, "language": "java"})
+    docs = [{"name": "f", "parameters": {"properties": {"on": {"type": "boolean"}}, "required": ["on"]}}]
+    assert reference_calls(t, docs)[0].arguments == {"on": "true"}
+
+
+class Writes(ScriptedEngine):
+    """Writes a fixed text at every act step."""
+
+    def __init__(self, tokenizer, text: str):
+        super().__init__(tokenizer, [tokenizer.eos_token_id])
+        self.text = text
+
+    def text_for(self, episode):
+        return self.text if episode.steps_in_turn == 0 else "ok"
+
+
+def test_multi_turn_checker_reads_the_committed_calls(tokenizer) -> None:
+    task = load_source("bfcl-multi-turn", categories=["multi_turn_base"])[0]
+    fmt = HermesFormat(tool_style="compact")
+    limits = RolloutLimits(max_steps_per_turn=2)
+    wrong = '<tool_call>{"name": "mkdir", "arguments": {"dir_name": "elsewhere"}}</tool_call>'
+    ep = Rollout(Writes(tokenizer, wrong), fmt, PieceEncoder(tokenizer), TrustedEnvironment(), limits).run([task])[0]
+    out = official_multi_turn(task, ep)
+    assert not out.success and out.details["error_type"] == "multi_turn:instance_state_mismatch"
+    # an episode that hit the step limit is force-terminated, as bfcl-eval's runner fails it
+    tight = RolloutLimits(max_steps_per_turn=1)
+    ep = Rollout(Writes(tokenizer, wrong), fmt, PieceEncoder(tokenizer), TrustedEnvironment(), tight).run([task])[0]
+    assert official_multi_turn(task, ep).details["error_type"] == "multi_turn:force_terminated"
