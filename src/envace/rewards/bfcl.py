@@ -3,9 +3,11 @@
 * :func:`bfcl_single_turn` — bfcl-eval's own ``ast_checker`` on the episode's calls (the official
   single-turn score); irrelevance categories succeed with no call, ``live_relevance`` with any call.
 * :func:`bfcl_multi_turn` — an env-free proxy of the multi-turn score: per user turn, the gold calls
-  must appear in order among the turn's calls (a subsequence), with equal names and equivalent
-  arguments (:func:`calls_equivalent`). The official multi-turn checker compares environment states
-  and needs the environment; the validation loop runs it, the training reward does not.
+  must appear in order among the turn's calls (a subsequence; order is kept within each API class,
+  as calls on different classes commute), with equal names and equivalent arguments
+  (:func:`calls_equivalent`). The official multi-turn checker compares environment states and needs
+  the environment; the validation loop runs it, the training reward does not. Its agreement with
+  the official checker is measured by ``scripts/reward_agreement.py`` (``docs/rewards.md``).
 
 The calls of an episode are the ``tool_calls`` of its assistant messages (``traj.calls`` when no
 message carries any). Multi-turn turns are delimited by user messages: the rollout writes one user
@@ -191,22 +193,45 @@ def calls_equivalent(gold: ToolCall, call: ToolCall, schema: ToolSchema | None =
     return True
 
 
-def _turn_passes(gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema]) -> bool:
-    """Gold calls form an ordered subsequence of ``calls`` (greedy earliest match is exact for a
-    subsequence test); an empty gold turn passes only without calls."""
-    if not gold:
-        return not calls
+@cache
+def tool_classes(classes: tuple[str, ...]) -> dict[str, str]:
+    """``tool name -> API class`` for BFCL multi-turn classes, from bfcl-eval's per-class docs."""
+    mapping = bfcl_module("constants.executable_backend_config").MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    owner = {}
+    for class_name in classes:
+        with (bfcl_data_dir() / "multi_turn_func_doc" / mapping[class_name]).open(encoding="utf-8") as fh:
+            owner.update({json.loads(line)["name"]: class_name for line in fh if line.strip()})
+    return owner
+
+
+def _subsequence(gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema]) -> bool:
+    """Gold calls form an ordered subsequence of ``calls`` (greedy earliest match is exact)."""
     i = 0
     for call in calls:
-        if calls_equivalent(gold[i], call, schemas.get(gold[i].name)):
+        if i < len(gold) and calls_equivalent(gold[i], call, schemas.get(gold[i].name)):
             i += 1
-            if i == len(gold):
-                return True
-    return False
+    return i == len(gold)
+
+
+def _turn_passes(
+    gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema], owner: dict[str, str] | None = None
+) -> bool:
+    """For each API class (``owner``: tool name -> class), the turn's gold calls on it form an ordered
+    subsequence of the calls on it: calls on different classes act on separate instances, so their
+    relative order cannot matter. An empty gold turn passes only without calls."""
+    if not gold:
+        return not calls
+    owner = owner or {}
+
+    def on(k: str, cs: list[ToolCall]) -> list[ToolCall]:
+        return [c for c in cs if owner.get(c.name, "") == k]
+
+    return all(_subsequence(on(k, gold), on(k, calls), schemas) for k in {owner.get(g.name, "") for g in gold})
 
 
 def bfcl_multi_turn(task: Task, traj: Trajectory) -> RewardOutput:
-    """Mean over user turns of "the turn's gold calls appear in order among its calls".
+    """Mean over user turns of "the turn's gold calls appear in order among its calls" (order
+    within each API class of ``task.env["involved_classes"]``; see :func:`_turn_passes`).
 
     ``details["turns"]`` holds the per-turn flags; ``success`` is True when every turn passes.
     Turns the episode never reached (fewer user messages than ``task.gold``) fail; user messages
@@ -216,11 +241,12 @@ def bfcl_multi_turn(task: Task, traj: Trajectory) -> RewardOutput:
     if not task.gold:
         return RewardOutput(None, False, {"error": f"task {task.id} has no gold calls"})
     per_turn = calls_per_turn(traj.messages)
+    owner = tool_classes(tuple((task.env or {}).get("involved_classes") or ()))
     flags = []
     for i, gold in enumerate(task.gold):
         schemas = {str(t.get("function", t)["name"]): t for t in task.tools_at(i)}
         calls = per_turn[i] if i < len(per_turn) else []
-        flags.append(i < len(per_turn) and _turn_passes(gold, calls, schemas))
+        flags.append(i < len(per_turn) and _turn_passes(gold, calls, schemas, owner))
     score = sum(flags) / len(flags)
     details = {
         "turns": flags,
