@@ -18,24 +18,28 @@ class RehearsalFidelity(pl.Callback):
         per_tool: also log one curve per tool (many curves on large tool sets).
     """
 
+    #: step-output key -> metric prefix: the policy's own calls, and gold calls the policy rehearsed
+    SOURCES = {"episodes": "fidelity", "gold_episodes": "fidelity_gold"}
+
     def __init__(self, per_tool: bool = True):
         self.per_tool = per_tool
-        self.tracker: FidelityTracker | None = None
+        self.trackers: dict[str, FidelityTracker] = {}
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.tracker = FidelityTracker().to(pl_module.device)
+        self.trackers = {k: FidelityTracker(prefix=p).to(pl_module.device) for k, p in self.SOURCES.items()}
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
-        if self.tracker is not None and isinstance(outputs, dict) and "episodes" in outputs:
-            self.tracker.update([p for ep in outputs["episodes"] for p in ep.fidelity])
+        if not isinstance(outputs, dict):
+            return
+        for key, tracker in self.trackers.items():
+            tracker.update([p for ep in outputs.get(key) or [] for p in ep.fidelity])
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.tracker is None:
-            return
-        values = self.tracker.compute()
-        if not self.per_tool:
-            values = {k: v for k, v in values.items() if "/tool/" not in k}
-        # an epoch without pairs (no calls were made) has no fidelity: log the count only, not NaN
-        pl_module.log_dict({k: float(v) for k, v in values.items() if not bool(v.isnan())}, sync_dist=False)
-        self.tracker.reset()
+        for tracker in self.trackers.values():
+            values = tracker.compute()
+            if not self.per_tool:
+                values = {k: v for k, v in values.items() if "/tool/" not in k}
+            # an epoch without pairs (no calls were made) has no fidelity: log the count only, not NaN
+            pl_module.log_dict({k: float(v) for k, v in values.items() if not bool(v.isnan())}, sync_dist=False)
+            tracker.reset()

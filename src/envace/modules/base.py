@@ -18,6 +18,7 @@ from transformers import DynamicCache
 from envace.data.batch import StepBatch, TokenBatch
 from envace.losses import RoleNLLLoss, gather_logprobs
 from envace.policy import PolicySpec, load_model, load_tokenizer
+from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat, make_format
 from envace.rewards import compute_reward
 from envace.rollout import (
@@ -31,6 +32,7 @@ from envace.rollout import (
     make_rollout,
     summarize,
 )
+from envace.rollout.reference import OracleEngine
 from envace.types import Task
 
 
@@ -139,6 +141,8 @@ class PolicyModule(pl.LightningModule):
         sampling: how the policy samples.
         rehearse_tokens: most tokens of one rehearsed tool response.
         val_group_size: episodes per validation task.
+        val_gold_fidelity: in validation, also measure fidelity on the gold calls (the oracle acts,
+            the policy rehearses), which does not depend on what the policy chooses to call.
         share_prefix: in the loss forward, run the context prefix the batch's episodes share (a group's
             system turn and tools) once instead of once per episode.
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
@@ -155,6 +159,7 @@ class PolicyModule(pl.LightningModule):
         sampling: SamplingConfig | None = None,
         rehearse_tokens: int = 128,
         val_group_size: int = 1,
+        val_gold_fidelity: bool = True,
         share_prefix: bool = True,
         sft_loss: RoleNLLLoss | None = None,
         fsdp_layer_names: tuple[str, ...] = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"),
@@ -167,6 +172,7 @@ class PolicyModule(pl.LightningModule):
         self.rehearse_tokens = rehearse_tokens
         self.val_group_size = val_group_size
         self.share_prefix = share_prefix
+        self.val_gold_fidelity = val_gold_fidelity
         self.sft_loss = sft_loss or RoleNLLLoss()
         self._engine: GenerationEngine | None = None
         self.fsdp_layer_names = tuple(fsdp_layer_names)
@@ -241,12 +247,30 @@ class PolicyModule(pl.LightningModule):
         return ro
 
     def validation_step(self, batch: StepBatch, batch_idx: int) -> dict[str, Any] | None:
-        """Imagined episodes with a lockstep real environment: rewards here, fidelity in the callback."""
+        """Imagined episodes with a lockstep real environment: rewards here, fidelity in the callback.
+
+        With ``val_gold_fidelity`` a second rollout has the gold calls written for the policy (the
+        oracle acts) while the policy rehearses every response: fidelity of the world model on the
+        calls that matter, whatever the policy would have called (``fidelity_gold/*``).
+        """
         if not batch.tasks:
             return None
         ro = self.run_episodes(batch.tasks, self.val_group_size, PolicyRehearsal(self.rehearse_tokens), lockstep=True)
         episodes = ro.episodes  # type: ignore[attr-defined]
-        return {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
+        out = {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
+        if self.val_gold_fidelity:
+            out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
+        return out
+
+    def gold_rehearsals(self, tasks: list[Task]) -> list[Any]:
+        """Episodes whose acts are the gold calls and whose tool turns the policy rehearses."""
+        oracle = OracleEngine(self.tokenizer, self.engine.stop_ids)
+        limits = dataclasses.replace(self.limits, max_new_tokens=4096, max_calls_per_step=64,
+                                     max_episode_tokens=self.limits.max_episode_tokens * 4)  # fmt: skip
+        rollout = Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(self.rehearse_tokens,
+                          engine=self.engine), limits, lockstep=True, validate_calls=False)  # fmt: skip
+        with unsharded(self.policy):
+            return rollout.run(tasks, 1)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
