@@ -87,3 +87,16 @@ def test_model_user_role_swaps_and_stops(tokenizer) -> None:
         [task]
     )[0]
     assert ep.messages == [] and ep.scratch["user_stop"] == "###STOP###"
+
+
+@pytest.mark.slow
+def test_a_model_policy_with_the_model_user_and_rehearsal() -> None:
+    from envace.evaluation import PolicyConfig
+    from envace.inference import RehearsalConfig
+
+    result = evaluate("tau2", "tiny", tasks=TaskFilter(categories=["airline"], limit=1), trials=2,
+                      user=UserSimConfig(max_user_turns=2, max_new_tokens=8), model=PolicyConfig(tool_style="compact"),
+                      limits=RolloutLimits(max_new_tokens=4, max_steps_per_turn=1),
+                      rehearsal=RehearsalConfig("parallel", 1, rehearse_tokens=4), out=None, quiet=True)  # fmt: skip
+    assert [it.trial for it in result.items] == [0, 1] and all(it.tokens.rehearsal == 4 for it in result.items)
+    assert {r.metric for r in result.rows} == {"pass^1", "pass^2", "reward"}

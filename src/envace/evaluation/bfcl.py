@@ -255,10 +255,14 @@ class BFCLBenchmark(Benchmark):
         lines = ["BFCL Overall is PARTIAL: weights 10/10/10/30/40 (non-live, live, irrelevance, multi-turn, agentic) "
                  "as bfcl-eval; categories that did not run count 0 in [overall_partial] and are left out of "
                  "[overall_evaluated] (weights re-normalised)."]  # fmt: skip
-        lines += [f"missing {c}: {MISSING.get(c, 'not selected in this run')}" for c in not_run]
-        if self.filter.limit is not None or self.filter.max_user_turns is not None:
-            lines.append(f"subset: at most {self.filter.limit} tasks per category, "
-                         f"max_user_turns={self.filter.max_user_turns}")  # fmt: skip
+        lines += [f"missing {c}: {MISSING[c]}" for c in AGENTIC]
+        skipped = [c for c in not_run if c not in AGENTIC]
+        if skipped:
+            lines.append(f"not selected in this run (count 0 in [overall_partial]): {', '.join(skipped)}")
+        subset = [f"{k}={v}" for k, v in (("limit", self.filter.limit), ("task_ids", self.filter.task_ids),
+                                          ("max_user_turns", self.filter.max_user_turns)) if v is not None]  # fmt: skip
+        if subset:
+            lines.append("subset: " + ", ".join(subset))
         return lines
 
 

@@ -6,9 +6,9 @@
 * ``noop`` — never calls a tool (no model);
 * ``smollm2-135m`` (packaged), ``tiny`` (random, tests), a hub id or a ``save_pretrained`` folder;
 * a Lightning ``.ckpt`` of the training module: its ``state_dict`` entries ``policy.*`` are loaded
-  into the model built from ``base`` (with LoRA adapters rebuilt from ``hyper_parameters["policy"]``
-  when the checkpoint holds adapter weights only). The checkpoint is read with
-  ``torch.load(weights_only=True)``.
+  into the model it was trained from (``hyper_parameters["policy"].name_or_path`` when saved, else
+  ``--model.base``), with LoRA adapters rebuilt from ``hyper_parameters["policy"].lora`` when the
+  checkpoint holds adapter weights only. It is read with ``torch.load(weights_only=True)``.
 
 Reference policies write the benchmark's own data, so their calls run as the official harnesses run
 gold: without the argument-schema check (dispatch stays whitelisted).
@@ -39,7 +39,8 @@ class PolicyConfig:
 
     Args:
         dtype: weight dtype of a model policy (``float32`` or ``bfloat16``).
-        base: the model a ``.ckpt`` checkpoint's weights are loaded into (its ``name_or_path``).
+        base: the model a ``.ckpt`` checkpoint's weights are loaded into, when the checkpoint does not
+            name it (``hyper_parameters["policy"]``).
         chat_format: ``auto`` (the tokenizer's template when it renders tools, else Hermes),
             ``template`` or ``hermes``; use what the checkpoint was trained with.
         tool_style: how the Hermes format lists tools: ``json`` (full schemas) or ``compact``.
@@ -88,23 +89,41 @@ class Policy:
         return make_engine(self.model, self.tokenizer, self.fmt, sampling)
 
 
-def load_checkpoint(spec: PolicySpec, path: str) -> Any:
-    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``."""
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """A Lightning checkpoint read with ``torch.load(weights_only=True)`` (tensors and our config dataclasses)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
     with torch.serialization.safe_globals([PolicySpec, LoraSpec]):
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            ckpt: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # pickled objects beyond tensors and our config dataclasses
             raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True): {exc}") from exc
+    return ckpt
+
+
+def _hparam_spec(ckpt: dict[str, Any]) -> PolicySpec | None:
+    """The :class:`PolicySpec` the checkpoint was trained with (``hyper_parameters["policy"]``), if saved."""
+    hp = (ckpt.get("hyper_parameters") or {}).get("policy")
+    if isinstance(hp, PolicySpec):
+        return hp
+    if isinstance(hp, dict) and "name_or_path" in hp:
+        lora = hp.get("lora")
+        return PolicySpec(**{**hp, "lora": LoraSpec(**lora) if isinstance(lora, dict) else lora})
+    return None
+
+
+def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = None) -> Any:
+    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``."""
+    ckpt = ckpt if ckpt is not None else read_checkpoint(path)
     state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
     if not state:
         raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
     lora = None
     if any(k.startswith("base_model.model.") for k in state):  # peft adapters
-        hp = (ckpt.get("hyper_parameters") or {}).get("policy")
-        raw = hp.lora if isinstance(hp, PolicySpec) else (hp or {}).get("lora") if isinstance(hp, dict) else None
-        if raw is None:
+        trained = _hparam_spec(ckpt)
+        if trained is None or trained.lora is None:
             raise ValueError(f"{path}: LoRA weights but no hyper_parameters['policy'].lora to rebuild the adapters")
-        lora = raw if isinstance(raw, LoraSpec) else LoraSpec(**raw)
+        lora = trained.lora
     model = load_model(dataclasses.replace(spec, lora=lora))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or (missing and lora is None):  # a LoRA checkpoint holds the trainable weights only
@@ -119,10 +138,10 @@ def load_eval_policy(name: str, config: PolicyConfig | None = None) -> Policy:
     tok_source = "tiny" if name in REFERENCE_POLICIES else name
     model: Any = None
     if name.endswith(".ckpt"):
-        if not Path(name).is_file():
-            raise FileNotFoundError(f"checkpoint not found: {name}")
-        tok_source = config.base
-        model = load_checkpoint(PolicySpec(config.base, dtype=config.dtype, seed=config.seed), name)
+        ckpt = read_checkpoint(name)
+        trained = _hparam_spec(ckpt)  # the base the weights belong to, when the module saved it
+        tok_source = trained.name_or_path if trained is not None else config.base
+        model = load_checkpoint(PolicySpec(tok_source, dtype=config.dtype, seed=config.seed), name, ckpt)
     elif name not in REFERENCE_POLICIES:
         if Path(name).is_dir() and not (Path(name) / "tokenizer_config.json").exists():
             tok_source = config.base  # weights saved without their tokenizer

@@ -120,6 +120,8 @@ def plot(rows: list[Row], metric: str, category: str, path: Path) -> bool:
             ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker=marker, label=mode)
     if not ax.lines:
         ax.plot([0], [100 * base[0].value], marker="o", label="plain") if base else None
+    ax.set_xticks(sorted({r.n for r in picked}))
+    ax.set_ylim(-2, 102)
     ax.set_xlabel("rehearsals per user turn (N)")
     ax.set_ylabel(f"{metric} (%)")
     ax.set_title(f"{picked[0].benchmark} {category}")

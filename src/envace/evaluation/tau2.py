@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from functools import cache
 from math import comb
 from typing import Any
@@ -28,13 +29,13 @@ from typing import Any
 from envace.data.sources import load_source
 from envace.data.sources.tau2 import official_reward
 from envace.envs.tau2 import Tau2Environment, tool_schemas
-from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, mean
+from envace.evaluation.base import Benchmark, ItemResult, Summary, TaskFilter, by_category, mean
 from envace.evaluation.policies import Policy
-from envace.evaluation.users import USER_STOP, ModelUser
+from envace.evaluation.users import USER_STOP, ModelUser, UserSimConfig
 from envace.protocol import render_calls
 from envace.protocol.parse import CallError
 from envace.rewards.base import RewardOutput
-from envace.rollout import Episode
+from envace.rollout import Episode, SamplingConfig, make_engine
 from envace.rollout.loop import UserHook, scripted_user
 from envace.rollout.responders import Responder, ToolTurn
 from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
@@ -209,7 +210,13 @@ class Tau2Benchmark(Benchmark):
     name = "tau2"
     headline = "pass^1"
 
-    def __init__(self, filter: Any, solo: bool = False, trials: int = 1, make_user: Any = None):
+    def __init__(
+        self,
+        filter: TaskFilter,
+        solo: bool = False,
+        trials: int = 1,
+        make_user: Callable[[Policy], UserHook] | None = None,
+    ):
         super().__init__(filter)
         self.solo, self.trials, self.make_user = solo, trials, make_user
         self._user: UserHook | None = None
@@ -262,9 +269,10 @@ class Tau2Benchmark(Benchmark):
         return lines
 
 
-def model_user(config: Any, load: Any, sampling: Any) -> Any:
+def model_user(
+    config: UserSimConfig, load: Callable[[str], Policy], sampling: SamplingConfig
+) -> Callable[[Policy], UserHook]:
     """A factory: ``policy -> ModelUser`` over the policy's weights or another model's."""
-    from envace.rollout import make_engine
 
     def build(policy: Policy) -> ModelUser:
         user = policy if config.model == "policy" else load(config.model)
