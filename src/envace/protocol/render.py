@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -60,7 +59,17 @@ def _schemas(tools: list[ToolSchema]) -> list[dict[str, Any]] | None:
     return [{"type": "function", "function": _function(t)} for t in tools] or None
 
 
-_BOILERPLATE = re.compile(r"^This tool belongs to [^.]*\.\s*")  # BFCL prefixes every description with it
+_MARKER = "Tool description:"
+
+
+def _own_description(desc: str) -> str:
+    """A tool's own text: BFCL prefixes each description with its class blurb ("This tool belongs to
+    <class> ... Tool description: <text>", or a single "This tool belongs to <class>." sentence)."""
+    if desc.startswith("This tool belongs to"):
+        if _MARKER in desc:
+            return desc.split(_MARKER, 1)[1].strip()
+        return desc.split(". ", 1)[1].strip() if ". " in desc else ""
+    return desc
 
 
 def compact_tool(tool: ToolSchema) -> str:
@@ -69,6 +78,11 @@ def compact_tool(tool: ToolSchema) -> str:
     >>> compact_tool({"name": "cd", "description": "Change dir. Long text.",
     ...               "parameters": {"properties": {"folder": {"type": "string"}}, "required": ["folder"]}})
     'cd(folder: string) - Change dir.'
+    >>> compact_tool({"name": "ls", "description": "This tool belongs to the Gorilla file system. It is a simple "
+    ...               "file system, which allows users to do things. Tool description: List the files. More."})
+    'ls() - List the files.'
+    >>> compact_tool({"name": "x", "description": "This tool belongs to the Gorilla file system. It moves files."})
+    'x() - It moves files.'
     """
     fn = _function(tool)
     params = fn.get("parameters") or {}
@@ -77,7 +91,7 @@ def compact_tool(tool: ToolSchema) -> str:
     for name, schema in (params.get("properties") or {}).items():
         typ = schema.get("type", "any") if isinstance(schema, dict) else "any"
         args.append(f"{name}{'' if name in required else '?'}: {typ}")
-    desc = _BOILERPLATE.sub("", (fn.get("description") or "").strip())
+    desc = _own_description((fn.get("description") or "").strip())
     first = desc.split(". ")[0].rstrip(".") + "." if desc else ""
     return f"{fn['name']}({', '.join(args)}) - {first}".rstrip(" -")
 
