@@ -12,6 +12,7 @@ Three kinds of ``name_or_path``:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -202,3 +203,50 @@ def load_policy(spec: PolicySpec | None = None) -> tuple[PreTrainedModel, PreTra
     """The model and tokenizer of ``spec`` (default: the packaged SmolLM2-135M-Instruct)."""
     spec = spec or PolicySpec()
     return load_model(spec), load_tokenizer(spec.name_or_path)
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """A Lightning checkpoint read with ``torch.load(weights_only=True)``: tensors and plain data only."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    with torch.serialization.safe_globals([PolicySpec, LoraSpec]):
+        try:
+            ckpt: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # pickled objects beyond tensors and our config dataclasses
+            raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True): {exc}") from exc
+    return ckpt
+
+
+def checkpoint_spec(ckpt: dict[str, Any]) -> PolicySpec | None:
+    """The :class:`PolicySpec` a checkpoint was trained with (``PolicyModule.on_save_checkpoint``)."""
+    spec = (ckpt.get("envace") or ckpt.get("hyper_parameters") or {}).get("policy")
+    if isinstance(spec, PolicySpec):
+        return spec
+    if isinstance(spec, dict) and "name_or_path" in spec:
+        lora = spec.get("lora")
+        return PolicySpec(**{**spec, "lora": LoraSpec(**lora) if isinstance(lora, dict) else lora})
+    return None
+
+
+def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = None) -> Any:
+    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``.
+
+    A LoRA checkpoint holds the adapters only; they are rebuilt from the spec saved in it.
+    """
+    ckpt = ckpt if ckpt is not None else read_checkpoint(path)
+    state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
+    if not state:
+        raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
+    lora = None
+    if any(k.startswith("base_model.model.") for k in state):  # peft adapters
+        trained = checkpoint_spec(ckpt)
+        if trained is None or trained.lora is None:
+            raise ValueError(f"{path}: LoRA weights but no saved policy spec to rebuild the adapters")
+        lora = trained.lora
+    model = load_model(dataclasses.replace(spec, lora=lora))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or (missing and lora is None):  # a LoRA checkpoint holds the trainable weights only
+        raise ValueError(
+            f"{path}: weights do not fit {spec.name_or_path!r}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    return model

@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from envace.commands.rehearse import load_checkpoint, main, pick_task, rehearse
-from envace.policy import LoraSpec, PolicySpec, load_model
+from envace.commands.rehearse import main, pick_task, rehearse
+from envace.policy import LoraSpec, PolicySpec, load_checkpoint, load_model
 
 TASK = "multi_turn_base_0"  # turn 0 gold: cd(document), mkdir(temp), mv(final_report.pdf -> temp)
 
@@ -68,7 +68,7 @@ def test_lora_checkpoint_needs_and_uses_its_hyperparameters(tmp_path) -> None:
     loaded = dict(load_checkpoint(PolicySpec("tiny"), str(tmp_path / "lora.ckpt")).named_parameters())
     assert len(trainable) == 4 and all(torch.equal(loaded[k.removeprefix("policy.")], v) for k, v in trainable.items())
     torch.save({"state_dict": trainable}, tmp_path / "bare.ckpt")
-    with pytest.raises(ValueError, match="no hyper_parameters"):
+    with pytest.raises(ValueError, match="no saved policy spec"):
         load_checkpoint(PolicySpec("tiny"), str(tmp_path / "bare.ckpt"))
     torch.save({"state_dict": {"model.w": torch.ones(1)}}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="no 'policy.\\*' entries"):

@@ -46,8 +46,7 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
     last = next(tmp_path.rglob("last.ckpt"))
     state = torch.load(last, weights_only=False)["state_dict"]
     assert state and all("lora_" in k for k in state)  # LoRA checkpoints keep the trainable weights only
-    from envace.commands.rehearse import load_checkpoint
-    from envace.policy import PolicySpec
+    from envace.policy import PolicySpec, load_checkpoint
 
     reloaded = dict(load_checkpoint(PolicySpec("tiny"), str(last)).named_parameters())  # weights_only load
     assert all(torch.equal(reloaded[k.removeprefix("policy.")], v) for k, v in state.items())

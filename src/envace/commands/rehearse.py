@@ -39,7 +39,7 @@ import torch
 
 from envace.data.sources import load_source
 from envace.metrics.fidelity import NAMES, fidelity_table
-from envace.policy import LoraSpec, PolicySpec, load_model, load_tokenizer
+from envace.policy import PolicySpec, load_checkpoint, load_model, load_tokenizer
 from envace.protocol import tool_name
 from envace.protocol.render import ChatFormat, make_format
 from envace.rewards import compute_reward, reward_name
@@ -69,33 +69,6 @@ def pick_task(source: str, split: str, path: str | None, task_id: str | None, ma
     if max_user_turns is not None and len(task.user_turns) > max_user_turns:
         task = dataclasses.replace(task, user_turns=task.user_turns[:max_user_turns], gold=task.gold[:max_user_turns])
     return task
-
-
-def _lora_from_hparams(ckpt: dict[str, Any], path: str) -> LoraSpec:
-    spec = (ckpt.get("envace") or ckpt.get("hyper_parameters") or {}).get("policy")
-    lora = spec.lora if isinstance(spec, PolicySpec) else (spec or {}).get("lora") if isinstance(spec, dict) else None
-    if lora is None:
-        raise ValueError(f"{path}: LoRA weights but no hyper_parameters['policy'].lora to rebuild the adapters")
-    return lora if isinstance(lora, LoraSpec) else LoraSpec(**lora)
-
-
-def load_checkpoint(spec: PolicySpec, path: str) -> Any:
-    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``."""
-    with torch.serialization.safe_globals([PolicySpec, LoraSpec]):
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # pickled objects beyond tensors and our config dataclasses
-            raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True): {exc}") from exc
-    state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
-    if not state:
-        raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
-    peft = any(k.startswith("base_model.model.") for k in state)
-    model = load_model(dataclasses.replace(spec, lora=_lora_from_hparams(ckpt, path) if peft else None))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or (missing and not peft):  # a LoRA checkpoint holds the trainable weights only
-        raise ValueError(f"{path}: weights do not fit {spec.name_or_path!r}: missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]}")  # fmt: skip
-    return model
 
 
 def load_actor(policy: str, checkpoint: str | None, tool_style: str, seed: int) -> tuple[Engine, Any, ChatFormat]:

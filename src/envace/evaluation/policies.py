@@ -16,15 +16,12 @@ gold: without the argument-schema check (dispatch stays whitelisted).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from envace.policy import LoraSpec, PolicySpec, load_model, load_tokenizer
+from envace.policy import PolicySpec, checkpoint_spec, load_checkpoint, load_model, load_tokenizer, read_checkpoint
 from envace.protocol.render import ChatFormat, make_format
 from envace.rollout import Engine, SamplingConfig, make_engine, stop_ids
 from envace.rollout.loop import Episode
@@ -89,49 +86,6 @@ class Policy:
         return make_engine(self.model, self.tokenizer, self.fmt, sampling)
 
 
-def read_checkpoint(path: str) -> dict[str, Any]:
-    """A Lightning checkpoint read with ``torch.load(weights_only=True)`` (tensors and our config dataclasses)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    with torch.serialization.safe_globals([PolicySpec, LoraSpec]):
-        try:
-            ckpt: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # pickled objects beyond tensors and our config dataclasses
-            raise ValueError(f"{path}: cannot be read with torch.load(weights_only=True): {exc}") from exc
-    return ckpt
-
-
-def _hparam_spec(ckpt: dict[str, Any]) -> PolicySpec | None:
-    """The :class:`PolicySpec` the checkpoint was trained with (``hyper_parameters["policy"]``), if saved."""
-    hp = (ckpt.get("hyper_parameters") or {}).get("policy")
-    if isinstance(hp, PolicySpec):
-        return hp
-    if isinstance(hp, dict) and "name_or_path" in hp:
-        lora = hp.get("lora")
-        return PolicySpec(**{**hp, "lora": LoraSpec(**lora) if isinstance(lora, dict) else lora})
-    return None
-
-
-def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = None) -> Any:
-    """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``."""
-    ckpt = ckpt if ckpt is not None else read_checkpoint(path)
-    state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
-    if not state:
-        raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
-    lora = None
-    if any(k.startswith("base_model.model.") for k in state):  # peft adapters
-        trained = _hparam_spec(ckpt)
-        if trained is None or trained.lora is None:
-            raise ValueError(f"{path}: LoRA weights but no hyper_parameters['policy'].lora to rebuild the adapters")
-        lora = trained.lora
-    model = load_model(dataclasses.replace(spec, lora=lora))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or (missing and lora is None):  # a LoRA checkpoint holds the trainable weights only
-        raise ValueError(f"{path}: weights do not fit {spec.name_or_path!r}: missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]}")  # fmt: skip
-    return model
-
-
 def load_eval_policy(name: str, config: PolicyConfig | None = None) -> Policy:
     """Load ``name`` (see the module docstring) for evaluation; models are put in eval mode."""
     config = config or PolicyConfig()
@@ -139,7 +93,7 @@ def load_eval_policy(name: str, config: PolicyConfig | None = None) -> Policy:
     model: Any = None
     if name.endswith(".ckpt"):
         ckpt = read_checkpoint(name)
-        trained = _hparam_spec(ckpt)  # the base the weights belong to, when the module saved it
+        trained = checkpoint_spec(ckpt)  # the base the weights belong to, when the module saved it
         tok_source = trained.name_or_path if trained is not None else config.base
         model = load_checkpoint(PolicySpec(tok_source, dtype=config.dtype, seed=config.seed), name, ckpt)
     elif name not in REFERENCE_POLICIES:
