@@ -144,7 +144,8 @@ class PolicyModule(pl.LightningModule):
         val_gold_fidelity: in validation, also measure fidelity on the gold calls (the oracle acts,
             the policy rehearses), which does not depend on what the policy chooses to call.
         share_prefix: in the loss forward, run the context prefix the batch's episodes share (a group's
-            system turn and tools) once instead of once per episode.
+            system turn and tools) once instead of once per episode (not under FSDP, where the number
+            of forward passes must not depend on a rank's data).
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
@@ -215,7 +216,9 @@ class PolicyModule(pl.LightningModule):
 
     def token_logprobs(self, batch: TokenBatch) -> Tensor:
         """Per-token log-probs of the current policy at loss positions (shared prefix run once)."""
-        prefix = shared_prefix_length(batch) if self.share_prefix else 0
+        # Under FSDP every forward is a collective: ranks must run the same number of them, and
+        # whether a batch shares a prefix depends on its data, so the sharded path never splits.
+        prefix = shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
         if prefix:
             return prefix_shared_logprobs(self.policy, batch, prefix)
         return selected_logprobs(self.policy, batch)
