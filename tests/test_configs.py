@@ -32,7 +32,9 @@ def test_fit_config_parses(config: Path) -> None:
 def test_linked_values_reach_the_datamodule() -> None:
     from envace.cli import lightning_cli
 
-    cli = lightning_cli(["--config", "configs/smoke.yaml", "--model.init_args.tool_style", "json"], run=False)
+    cli = lightning_cli(
+        ["--config", str(ROOT / "configs/smoke.yaml"), "--model.init_args.tool_style", "json"], run=False
+    )
     assert cli.datamodule.tokenizer_name == cli.model.policy_spec.name_or_path == "tiny"
     assert cli.datamodule.tool_style == "json" and cli.model.fmt.tool_style == "json"
 

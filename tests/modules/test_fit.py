@@ -18,10 +18,16 @@ from envace.cli import lightning_cli
 ROOT = Path(__file__).resolve().parents[2]
 
 
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
 def _fit(tmp: Path, *extra: str):
-    os.chdir(ROOT)
-    args = ["fit", "--config", "configs/smoke.yaml", "--trainer.logger.init_args.save_dir", str(tmp), *extra]
-    return lightning_cli(args)
+    before = os.getcwd()
+    os.chdir(tmp)  # the config's relative runs/ folder (events and checkpoints) lands in tmp
+    try:
+        return lightning_cli(["fit", "--config", SMOKE, *extra])
+    finally:
+        os.chdir(before)
 
 
 def _scalars(run_dir: Path) -> dict[str, list[float]]:
@@ -58,10 +64,9 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
 
 
 def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", "configs/smoke.yaml",
-           "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.max_steps", "200",
+    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", SMOKE, "--trainer.max_steps", "200",
            "--trainer.val_check_interval", "1000"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     try:
         while time.time() < deadline and not any(tmp_path.rglob("epoch=*-step=4.ckpt")):
@@ -73,5 +78,8 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path: Path) -> None:
     last = next(tmp_path.rglob("last.ckpt"))
     step = torch.load(last, weights_only=False)["global_step"]
     assert 2 <= step < 200  # last.ckpt may still hold the previous save when the kill lands
-    resumed = _fit(tmp_path, "--trainer.max_steps", str(step + 2), "--ckpt_path", "last")
-    assert resumed.trainer.global_step == step + 2
+    resumed = subprocess.run([*cmd[:-4], "--trainer.max_steps", str(step + 2), "--ckpt_path", "last"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Restored all states from the checkpoint at {last}" in resumed.stderr + resumed.stdout
+    assert f"`max_steps={step + 2}` reached" in resumed.stderr + resumed.stdout

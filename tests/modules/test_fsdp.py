@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fit(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", "configs/smoke.yaml", "--config",
-           "configs/fsdp/cpu2.yaml", "--trainer.logger.init_args.save_dir", str(tmp), *extra]  # fmt: skip
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--config",
+           str(ROOT / "configs" / "fsdp" / "cpu2.yaml"), *extra]  # fmt: skip
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
 
 
 def test_two_process_fsdp_trains_and_resumes_from_a_sharded_checkpoint(tmp_path: Path) -> None:

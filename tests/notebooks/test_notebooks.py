@@ -24,8 +24,8 @@ def test_notebooks_are_stored_without_outputs() -> None:
 
 
 def test_fidelity_curves_notebook_plots_a_run(tmp_path: Path, monkeypatch) -> None:
-    os.chdir(ROOT)
-    lightning_cli(["fit", "--config", "configs/smoke.yaml", "--trainer.logger.init_args.save_dir", str(tmp_path)])
+    monkeypatch.chdir(tmp_path)  # the config's relative runs/ folder lands in tmp
+    lightning_cli(["fit", "--config", str(ROOT / "configs" / "smoke.yaml")])
     figure = tmp_path / "curves.png"
     monkeypatch.setenv("ENVACE_RUN", str(tmp_path))
     monkeypatch.setenv("ENVACE_FIGURE", str(figure))
