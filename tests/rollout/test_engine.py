@@ -1,0 +1,83 @@
+"""The generation engine's caches: a row's keys and values are reused by its next call, new ones are
+written in place, and sampled log-probs still match a fresh forward of the whole sequence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from envace.rollout import GenerationEngine, SamplingConfig
+from envace.rollout.engine import GrowingLayer
+
+
+def _fresh_logprobs(model, ids: list[int], n: int) -> torch.Tensor:
+    """Log-probs of the last ``n`` tokens of ``ids`` from one unpadded, uncached forward."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].float()
+    lp = torch.log_softmax(logits[:-1], dim=-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    return lp[-n:]
+
+
+def test_growing_layer_equals_concatenation() -> None:
+    torch.manual_seed(0)
+    grow, plain = GrowingLayer(capacity=4), DynamicLayer()
+    for n in (3, 1, 1, 5, 1):  # the fourth write overflows the capacity: the storage grows
+        k, v = torch.randn(2, 3, n, 8), torch.randn(2, 3, n, 8)
+        for got, want in zip(grow.update(k, v), plain.update(k, v), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert grow.get_seq_length() == 11
+    grow.crop(-2)  # another method replaces the view: the next write adopts it
+    plain.crop(-2)
+    k, v = torch.randn(2, 3, 1, 8), torch.randn(2, 3, 1, 8)
+    torch.testing.assert_close(grow.update(k, v)[0], plain.update(k, v)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_row_continues_from_its_kept_keys_and_values(tiny_model, reuse: bool) -> None:
+    torch.manual_seed(0)
+    sampling = SamplingConfig(min_prefix=8, reuse_rows=reuse)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)  # never stops
+    prefix = torch.randint(10, 1000, (40,)).tolist()
+    prompts = [prefix + [5, 6, 7], prefix + [8, 9, 10, 11, 12]]
+    first = engine.generate(prompts, 4)
+    assert engine.stats.prefill_tokens == 40 + 3 + 5  # the shared prefix once, then each row's own part
+    # row 0's next turn (its sample and three appended tokens), and a new row sharing only the prefix
+    turn = [prompts[0] + first[0].ids + [11, 12, 13], prefix + [21, 22]]
+    before = engine.stats.prefill_tokens
+    samples = engine.generate(turn, 5)
+    # with reuse, row 0 prefills its last sampled token and the three new ones; row 1 its two own
+    assert engine.stats.prefill_tokens - before == (1 + 3 + 2 if reuse else len(turn[0]) - 40 + 2)
+    for prompt, s in zip(turn, samples, strict=True):
+        fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    engine.reset_cache()
+    assert not engine._rows and not engine._prefixes
+
+
+def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -> None:
+    torch.manual_seed(0)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=SamplingConfig(dtype="bfloat16"))
+    prompt = torch.randint(10, 1000, (30,)).tolist()
+    s = engine.generate([prompt], 6)[0]
+    copy = engine.sampler()
+    assert copy is not tiny_model and next(copy.parameters()).dtype == torch.bfloat16
+    assert next(tiny_model.parameters()).dtype == torch.float32  # the policy itself is untouched
+    # the recorded log-probs are the copy's (bf16 noise against the fp32 policy)
+    bf16 = _fresh_logprobs(copy, prompt + s.ids, len(s.ids))
+    torch.testing.assert_close(torch.tensor(s.logprobs), bf16, atol=0.05, rtol=0)
+    torch.testing.assert_close(bf16, _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids)), atol=0.1, rtol=0)
+    with torch.no_grad():
+        tiny_model.lm_head.weight.mul_(2.0)  # an update
+    engine.generate([prompt], 1)
+    assert engine.sampler() is copy and not torch.equal(copy.lm_head.weight, tiny_model.lm_head.weight.bfloat16())
+    engine.reset_cache()  # what the rollout does before sampling with new weights
+    assert engine.sampler() is copy
+    torch.testing.assert_close(copy.lm_head.weight, tiny_model.lm_head.weight.bfloat16(), rtol=0, atol=0)
+
+
+def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:
+    sampling = SamplingConfig(min_prefix=8, row_cache_tokens=50)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)
+    engine.generate([list(range(10, 50)), list(range(60, 100))], 4)  # two rows of 43 tokens each
+    assert [len(k) for k in engine._rows] == [43]  # the least recently kept one went

@@ -1,0 +1,72 @@
+"""``envace bench --quick``: one JSON object with every figure, measured on the tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from envace.bench import main, parse_args
+from envace.bench.layout import call_row_ends
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    out = StringIO()
+    with redirect_stdout(out):
+        assert main(["--quick"]) == 0
+    return json.loads(out.getvalue())  # exactly one JSON object, nothing else on stdout
+
+
+def test_quick_bench_reports_every_figure(report: dict) -> None:
+    assert report["quick"] and report["model"] == "tiny"
+    assert report["peak"]["fp32_gflops"] > 0 and report["peak"]["bf16_gflops"] > 0
+    assert report["peak"]["threads"] == 2
+
+    runs = {(r["tokens"], r["dtype"]): r for r in report["training"]["runs"]}
+    assert set(runs) == {(64, "fp32"), (64, "bf16"), (128, "fp32"), (128, "bf16")}
+    for r in runs.values():
+        assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and 0 < r["loss_positions"] < r["tokens"]
+    assert "mfu_vs_bf16_peak" in runs[64, "bf16"] and report["training"]["optimizer_step_seconds"] > 0
+
+    ro = report["rollout"]
+    for role in ("act", "rehearse"):
+        for mode in ("batched", "sequential"):
+            assert ro[role][mode]["tokens"] > 0 and ro[role][mode]["tokens_per_s"] > 0
+        assert ro[role]["speedup"] > 0
+    assert ro["act"]["batched"]["role_tokens"]["rehearse"] == 0  # act run: every generated token is an act
+    assert ro["rehearse"]["batched"]["role_tokens"]["rehearse"] == ro["rehearse"]["batched"]["tokens"]
+    assert ro["row_reuse"]["without"]["prefill_tokens"] >= ro["rehearse"]["batched"]["prefill_tokens"]
+    assert ro["bf16_sampling"]["batched"]["tokens_per_s"] > 0
+
+    layout = report["layout"]
+    mean = layout["mean_tokens_per_episode"]
+    assert mean["inline"] < mean["per_call"] < mean["per_call_with_caller"]
+    assert 0 < layout["ratio_inline_to_per_call"] < 1
+
+    trl = report["trl"]
+    if importlib.util.find_spec("trl") is None:
+        assert "skipped" in trl
+    else:
+        for side in ("ours", "trl"):
+            assert trl[side]["min"] <= trl[side]["median"] <= trl[side]["max"] and len(trl[side]["runs"]) == 2
+        assert set(trl["ratio"]) == {"min", "median", "max"}
+
+
+def test_only_runs_the_named_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--only", "layout"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "layout" in report and "peak" in report  # the peak is always the reference
+    assert not {"training", "rollout", "trl"} & set(report)
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "training,nonsense"])
+
+
+def test_per_call_rows_end_after_each_response() -> None:
+    # roles: context 0, act 1, rehearse 2; two calls whose responses end at positions 6 and 10
+    assert call_row_ends([0, 1, 1, 0, 2, 2, 0, 1, 0, 2, 0]) == [6, 10]
+    assert call_row_ends([0, 1, 1]) == []
