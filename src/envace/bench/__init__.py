@@ -1,0 +1,149 @@
+"""``envace bench``: throughput and efficiency figures measured in one run, printed as one JSON object.
+
+    envace bench                          # everything, on the packaged model (< 10 minutes on 2 cores)
+    envace bench --only training,rollout  # a subset
+    envace bench --quick                  # tiny model, small sizes (the test)
+
+Sections (``--only``): ``peak`` (the machine's matmul peak, always measured: it is the reference),
+``training`` (tokens/s and model FLOP utilisation of one EnvACE update), ``rollout`` (generated
+tokens/s per role, batched vs one episode at a time), ``layout`` (loss-side tokens, inline vs one
+prompt per call), ``trl`` (seconds per optimisation step, ours vs TRL's GRPOTrainer). Figures and
+how to read them: ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("peak", "training", "rollout", "layout", "trl")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="envace bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--quick", action="store_true", help="tiny model and small sizes (seconds, for tests)")
+    parser.add_argument("--model", default=None, help="policy to measure (default: smollm2-135m; tiny with --quick)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the reference peak uses the same)")
+    parser.add_argument("--out", default=None, help="also write the JSON object to this file")
+    args = parser.parse_args(argv)
+    args.sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    return args
+
+
+def cpu_flags() -> dict[str, Any]:
+    """The CPU model and the flags that decide bf16 speed (``avx512_bf16``, AMX)."""
+    info: dict[str, Any] = {"machine": platform.machine(), "cpu": platform.processor() or None}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), None)
+    info.update(
+        cpu=model,
+        logical_cpus=os.cpu_count(),
+        avx512_bf16="avx512_bf16" in flags,
+        amx_bf16="amx_bf16" in flags,
+        avx512f="avx512f" in flags,
+    )
+    return info
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure the requested sections; returns the JSON object."""
+    import torch
+
+    from envace.bench import common
+    from envace.bench.peak import measure_peak, merge_peaks
+
+    sizes = common.QUICK if args.quick else common.Sizes()
+    model = args.model or sizes.model
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    result: dict[str, Any] = {
+        "command": "envace bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "quick": args.quick,
+        "model": model,
+        "sections": args.sections,
+        "machine": {
+            **cpu_flags(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        },
+    }
+    peaks = [measure_peak(sizes.peak_sizes)]
+    _log("peak", peaks[0])
+    module = common.make_module(model) if {"training", "rollout", "layout"} & set(args.sections) else None
+    if "training" in args.sections:
+        from envace.bench.training import bench_training
+
+        result["training"] = bench_training(module, common.bfcl_tasks(), sizes.train_tokens, sizes.train_reps)
+        peaks.append(measure_peak(sizes.peak_sizes))
+        _log("training", result["training"])
+    if "rollout" in args.sections:
+        from envace.bench.rollout import bench_rollout
+
+        task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
+        result["rollout"] = bench_rollout(
+            module, task, sizes.group_size, sizes.sequential_episodes, sizes.act_tokens, sizes.rehearse_tokens
+        )
+        _log("rollout", result["rollout"])
+    if "layout" in args.sections:
+        from envace.bench.layout import bench_layout
+
+        result["layout"] = bench_layout(module, common.bfcl_tasks()[: sizes.layout_tasks])
+        _log("layout", result["layout"])
+    del module
+    if "trl" in args.sections:
+        from envace.bench.versus_trl import bench_trl
+
+        result["trl"] = bench_trl(model, sizes.trl_runs, sizes.trl_group, sizes.trl_tokens)
+        peaks.append(measure_peak(sizes.peak_sizes))
+        _log("trl", result["trl"])
+    result["peak"] = merge_peaks(*peaks)
+    if "training" in result:
+        from envace.bench.training import add_utilisation
+
+        add_utilisation(result["training"], result["peak"])
+    result["seconds"] = round(time.perf_counter() - began, 1)
+    return result
+
+
+def _rollout_task(module: Any, tasks: list[Any]) -> Any:
+    """The task with the shortest system turn among those with gold calls on every kept user turn."""
+    from envace.protocol.episode import PieceEncoder
+
+    encode = PieceEncoder(module.tokenizer)
+    usable = [t for t in tasks if t.gold and all(t.gold)]
+    return min(usable, key=lambda t: len(encode(module.fmt.system(t.system_prompt, t.tools))))
+
+
+def _log(section: str, value: Any) -> None:
+    print(f"[bench] {section}: {json.dumps(value, default=str)[:400]}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``envace bench``: prints one JSON object on stdout (progress goes to stderr)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads its OpenMP runtime
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = parse_args(argv)
+    with redirect_stdout(sys.stderr):  # libraries print progress (TRL prints its logs): stdout is the JSON only
+        result = run(args)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0

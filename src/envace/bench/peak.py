@@ -1,0 +1,43 @@
+"""The machine's matmul peak: the reference of every utilisation figure."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+
+def matmul_gflops(dtype: torch.dtype, n: int, reps: int = 5) -> float:
+    """GFLOP/s of the fastest of ``reps`` ``[n, n] @ [n, n]`` products in ``dtype``."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # first call: allocation, kernel selection
+    best = float("inf")
+    for _ in range(reps):
+        began = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - began)
+    return 2 * n**3 / best / 1e9
+
+
+def measure_peak(sizes: tuple[int, ...] = (512, 1024, 2048), reps: int = 5) -> dict[str, Any]:
+    """Best fp32 and bf16 matmul rate over ``sizes`` (at the current thread count)."""
+    by_size = {
+        n: {"fp32": matmul_gflops(torch.float32, n, reps), "bf16": matmul_gflops(torch.bfloat16, n, reps)}
+        for n in sizes
+    }
+    return {
+        "fp32_gflops": max(v["fp32"] for v in by_size.values()),
+        "bf16_gflops": max(v["bf16"] for v in by_size.values()),
+        "by_size": {str(n): {k: round(x, 1) for k, x in v.items()} for n, v in by_size.items()},
+        "threads": torch.get_num_threads(),
+    }
+
+
+def merge_peaks(*peaks: dict[str, Any]) -> dict[str, Any]:
+    """The best of several peak measurements (taken before and after the heavy sections)."""
+    best = dict(max(peaks, key=lambda p: p["fp32_gflops"]))
+    best["fp32_gflops"] = max(p["fp32_gflops"] for p in peaks)
+    best["bf16_gflops"] = max(p["bf16_gflops"] for p in peaks)
+    best["measurements"] = [{"fp32": round(p["fp32_gflops"], 1), "bf16": round(p["bf16_gflops"], 1)} for p in peaks]
+    return best
