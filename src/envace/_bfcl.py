@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import types
+import uuid
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envace.paths import cache_dir
 
-__all__ = ["bfcl_data_dir", "bfcl_module", "cache_dir"]
+if TYPE_CHECKING:
+    from envace.types import Task
+
+__all__ = ["bfcl_data_dir", "bfcl_module", "cache_dir", "run_multi_turn_checker"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +64,27 @@ def bfcl_data_dir() -> Path:
     """The folder of the benchmark's JSON files inside the installed wheel."""
     _install_stub()
     return Path(bfcl_module("constants.eval_config").PROMPT_PATH)
+
+
+def run_multi_turn_checker(task: Task, decoded: list[list[list[str]]], gold: list[list[str]]) -> dict[str, Any]:
+    """bfcl-eval's ``multi_turn_checker`` on call strings (per turn, per step), under a fresh model
+    name whose module-global API instances are deleted afterwards; the checker's own exceptions
+    become an invalid verdict."""
+    checker = bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
+    store = vars(bfcl_module("eval_checker.multi_turn_eval.multi_turn_utils"))
+    model_name = f"envace_{uuid.uuid4().hex}"
+    env = task.env or {}
+    entry = {"id": task.id, "initial_config": env["initial_config"], "involved_classes": env["involved_classes"]}
+    try:
+        result: dict[str, Any] = checker.multi_turn_checker(decoded, gold, entry, task.category, model_name)
+        return result
+    except Exception as exc:  # the checker's own asserts
+        return {
+            "valid": False,
+            "error_type": "multi_turn:checker_raised",
+            "error_message": f"{type(exc).__name__}: {exc}",
+        }
+    finally:
+        prefix = re.sub(r"[-./:]", "_", model_name)
+        for key in [k for k in store if k.startswith(prefix)]:
+            del store[key]

@@ -16,13 +16,11 @@
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from envace._bfcl import bfcl_data_dir, bfcl_module
+from envace._bfcl import bfcl_data_dir, bfcl_module, run_multi_turn_checker
 from envace.data.sources import load_source
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, SINGLE_TURN_CATEGORIES, call_string
 from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, gold_text, mean
@@ -104,24 +102,7 @@ def official_multi_turn(task: Task, episode: Episode) -> RewardOutput:
 
 def run_checker(task: Task, decoded: list[list[list[str]]], gold: list[list[str]]) -> dict[str, Any]:
     """Run ``multi_turn_checker`` under a fresh model name and delete its cached instances afterwards."""
-    checker = bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
-    store = vars(bfcl_module("eval_checker.multi_turn_eval.multi_turn_utils"))
-    model_name = f"envace_eval_{uuid.uuid4().hex}"
-    env = task.env or {}
-    entry = {"id": task.id, "initial_config": env["initial_config"], "involved_classes": env["involved_classes"]}
-    try:
-        result: dict[str, Any] = checker.multi_turn_checker(decoded, gold, entry, task.category, model_name)
-        return result
-    except Exception as exc:  # the checker's own asserts
-        return {
-            "valid": False,
-            "error_type": "multi_turn:checker_raised",
-            "error_message": f"{type(exc).__name__}: {exc}",
-        }
-    finally:
-        prefix = re.sub(r"[-./:]", "_", model_name)
-        for key in [k for k in store if k.startswith(prefix)]:
-            del store[key]
+    return run_multi_turn_checker(task, decoded, gold)
 
 
 # --------------------------------------------------------------------------- aggregation

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import copy
 import random
-import re
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from envace._bfcl import bfcl_module
+from envace._bfcl import run_multi_turn_checker
 from envace.data.sources.bfcl import call_string
 from envace.protocol import render_calls, tool_name
 from envace.protocol.parse import validate_call
@@ -288,28 +286,12 @@ def official_verdict(
     if len(decoded) < len(gold) or "max_steps" in flags:
         why = f"{len(decoded)} of {len(gold)} turns reached, flags {sorted(flags)}"
         return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": why}
-    checker = bfcl_module("eval_checker.multi_turn_eval.multi_turn_checker")
-    store = vars(bfcl_module("eval_checker.multi_turn_eval.multi_turn_utils"))
-    model_name = f"envace_agree_{uuid.uuid4().hex}"
-    env = task.env or {}
-    entry = {"id": task.id, "initial_config": env["initial_config"], "involved_classes": env["involved_classes"]}
-    try:
-        result = checker.multi_turn_checker(decoded[: len(gold)], gold, entry, task.category, model_name)
-        return {
-            "valid": bool(result["valid"]),
-            "error_type": result.get("error_type"),
-            "error_message": result.get("error_message"),
-        }
-    except Exception as exc:  # the checker's own asserts
-        return {
-            "valid": False,
-            "error_type": "multi_turn:checker_raised",
-            "error_message": f"{type(exc).__name__}: {exc}",
-        }
-    finally:
-        prefix = re.sub(r"[-./:]", "_", model_name)
-        for key in [k for k in store if k.startswith(prefix)]:
-            del store[key]
+    result = run_multi_turn_checker(task, decoded[: len(gold)], gold)
+    return {
+        "valid": bool(result.get("valid")),
+        "error_type": result.get("error_type"),
+        "error_message": result.get("error_message"),
+    }
 
 
 @dataclass
