@@ -31,7 +31,8 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert set(runs) == {(64, "fp32"), (64, "bf16"), (128, "fp32"), (128, "bf16")}
     for r in runs.values():
         assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and 0 < r["loss_positions"] < r["tokens"]
-    assert "mfu_vs_bf16_peak" in runs[64, "bf16"] and report["training"]["optimizer_step_seconds"] > 0
+    assert "mfu_vs_bf16_peak" in runs[64, "bf16"] and "mfu_vs_run_peak" in runs[64, "fp32"]
+    assert report["training"]["optimizer_step_seconds"] > 0
 
     ro = report["rollout"]
     for role in ("act", "rehearse"):

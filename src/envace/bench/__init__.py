@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if "training" in args.sections:
         from envace.bench.training import bench_training
 
-        result["training"] = bench_training(module, common.bfcl_tasks(), sizes.train_tokens, sizes.train_reps)
+        result["training"] = bench_training(
+            module, common.bfcl_tasks(), sizes.train_tokens, sizes.train_reps, min(1024, max(sizes.peak_sizes))
+        )
         peaks.append(measure_peak(sizes.peak_sizes))
         _log("training", result["training"])
     if "rollout" in args.sections:

@@ -115,7 +115,7 @@ def trl_steps(model: str, tokenizer: Any, prompts: list[str], group: int, max_ne
             seed=0,
         )
         trainer = GRPOTrainer(
-            model=load_model(PolicySpec(model)),
+            model=_trainable(load_model(PolicySpec(model))),
             reward_funcs=_format_reward,
             args=args,
             train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
@@ -124,6 +124,16 @@ def trl_steps(model: str, tokenizer: Any, prompts: list[str], group: int, max_ne
         )
         trainer.train()
     return {"seconds": timer.seconds, "completion_tokens": timer.lengths}
+
+
+def _trainable(model: Any) -> Any:
+    """The packaged model's config still names its GGUF source, so transformers attaches a GGUF
+    quantizer to every load and HF's Trainer refuses to fine-tune it; the weights are plain fp32."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
 
 
 def bench_trl(model: str, runs: int, group: int, max_new: int, lr: float = 1e-6) -> dict[str, Any]:
