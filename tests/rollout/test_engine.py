@@ -81,3 +81,23 @@ def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:
     engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)
     engine.generate([list(range(10, 50)), list(range(60, 100))], 4)  # two rows of 43 tokens each
     assert [len(k) for k in engine._rows] == [43]  # the least recently kept one went
+
+
+def test_stopped_rows_leave_the_batch_and_keep_their_keys_and_values(tiny_model) -> None:
+    torch.manual_seed(1)
+    engine = GenerationEngine(tiny_model, stop_ids=list(range(0, 49152, 3)), pad_id=2)  # a third of ids stop
+    prompts = [torch.randint(10, 1000, (n,)).tolist() for n in (20, 25, 30, 35, 40, 45)]
+    samples = engine.generate(prompts, 12)
+    lengths = [len(s.ids) for s in samples]
+    assert len(set(lengths)) > 2 and min(lengths) < 4  # rows stopped at different steps
+    for prompt, s in zip(prompts, samples, strict=True):
+        assert s.stopped == (s.ids[-1] % 3 == 0) and all(t % 3 for t in s.ids[:-1])
+        fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    # every row, also those that left the batch early, continues from its kept keys and values
+    turn = [p + s.ids + [11, 12] for p, s in zip(prompts, samples, strict=True)]
+    before = engine.stats.prefill_tokens
+    for prompt, s in zip(turn, engine.generate(turn, 3), strict=True):
+        fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    assert engine.stats.prefill_tokens - before == 3 * len(turn)  # the last sampled token and two new ones

@@ -143,6 +143,16 @@ class GrowingLayer(DynamicLayer):
         self._view = self.keys
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``, in storage of the same capacity."""
+        if self._store is None or self.keys is not self._view:
+            return super().batch_select_indices(indices)
+        n = self.get_seq_length()
+        k, v = self._store
+        keys, values = k.new_empty(len(indices), *k.shape[1:]), v.new_empty(len(indices), *v.shape[1:])
+        keys[:, :, :n], values[:, :, :n] = k[indices, :, :n], v[indices, :, :n]
+        self.hold(keys, values, n)
+
     def hold(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
         """Adopt ``keys``/``values`` (``[rows, heads, capacity, dim]``) as storage, first ``n`` tokens filled."""
         self.lazy_initialization(keys, values)
@@ -254,10 +264,7 @@ class GenerationEngine:
         )
         ids, mask = self._inputs(prompts, layout)
         cache = self._batch_cache(parts, layout, layout.cached + layout.width + max_new_tokens, device)
-        new, logprobs = self._decode(model, ids.to(device), mask.to(device), cache, layout.cached, max_new_tokens)
-        samples = self._collect(new.cpu(), logprobs.cpu())
-        if self.sampling.reuse_rows:
-            self._keep_rows(prompts, samples, cache, layout)
+        samples = self._decode(model, prompts, ids.to(device), mask.to(device), cache, layout, max_new_tokens)
         self.stats.tokens += sum(len(s.ids) for s in samples)
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
         self.stats.prefill_tokens += sum(layout.news)
@@ -331,15 +338,19 @@ class GenerationEngine:
         cache.layers = list(layers)
         return cache
 
-    def _keep_rows(self, prompts: list[list[int]], samples: list[Sample], cache: Any, layout: _Layout) -> None:
-        """Keep each row's keys and values: its prompt and its sample but the last token (never fed)."""
+    def _keep_rows(
+        self, cache: Any, rows: list[tuple[int, int]], prompts: list[list[int]], samples: list[Sample], layout: _Layout
+    ) -> None:
+        """Keep the keys and values of ``rows`` (``(batch row, prompt index)`` pairs): the prompt and
+        the sample but its last token (never fed)."""
         layers = cache.layers
-        if not all(isinstance(layer, GrowingLayer) for layer in layers):
+        if not self.sampling.reuse_rows or not all(isinstance(layer, GrowingLayer) for layer in layers):
             return
-        for row, (p, s) in enumerate(zip(prompts, samples, strict=True)):
-            index = layout.row_index(row, len(s.ids) - 1).to(layers[0].keys.device)
+        for row, i in rows:
+            ids = samples[i].ids
+            index = layout.row_index(i, len(ids) - 1).to(layers[0].keys.device)
             kv = [(layer.keys[row : row + 1, :, index], layer.values[row : row + 1, :, index]) for layer in layers]
-            self._rows[tuple(p + s.ids[:-1])] = kv
+            self._rows[tuple(prompts[i] + ids[:-1])] = kv
         total = sum(len(k) for k in self._rows)
         while total > self.sampling.row_cache_tokens and self._rows:
             total -= len(self._rows.popitem(last=False)[0])
@@ -368,37 +379,53 @@ class GenerationEngine:
         return self._prefixes[prefix]
 
     def _decode(
-        self, model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any, start: int, max_new_tokens: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prefill columns ``start:`` of ``ids`` onto ``cache``, then sample one token per row and step.
+        self,
+        model: Any,
+        prompts: list[list[int]],
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        layout: _Layout,
+        max_new_tokens: int,
+    ) -> list[Sample]:
+        """Prefill the uncached columns of ``ids`` onto ``cache``, then sample one token per row and step.
 
         A plain loop over the model (positions from the mask, as ``generate`` computes them): per
-        step one forward with the new tokens, one draw per row by inverse CDF (HF's multinomial
-        draws an exponential per vocabulary entry: 6 ms per step at batch 8), and the sampled
-        token's log-prob (temperature applied, before top-k/top-p). Rows that stopped keep being fed
-        until all have; their extra tokens are cut by :meth:`_collect`.
-
-        Returns ``[rows, steps]`` sampled ids and their log-probs.
+        step one forward with the new tokens and one draw per row by inverse CDF (HF's multinomial
+        draws an exponential per vocabulary entry: 6 ms per step at batch 8). When a quarter of the
+        rows still in the batch have stopped, their keys and values are kept and the rows leave the
+        batch, so the rest decode at a smaller batch.
         """
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        stop = torch.tensor(self.stop_ids, device=ids.device)
-        step_ids, step_pos = ids[:, start:], positions[:, start:]
-        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-        tokens, logprobs = [], []
+        step_ids, step_pos = ids[:, layout.cached :], positions[:, layout.cached :]
+        stops = set(self.stop_ids)
+        rows = list(range(len(prompts)))  # prompt index of each batch row
+        out = [Sample([], [], stopped=False) for _ in prompts]
         for step in range(max_new_tokens):
             logits = model(
                 input_ids=step_ids, attention_mask=mask, position_ids=step_pos, cache=cache, use_cache=True,
                 logits_to_keep=1,
             ).logits[:, -1].float()  # fmt: skip
             token, logprob = self._draw(logits)
-            tokens.append(token)
-            logprobs.append(logprob)
-            done |= torch.isin(token, stop)
-            if bool(done.all()) or step + 1 == max_new_tokens:
+            for i, t, lp in zip(rows, token.tolist(), logprob.tolist(), strict=True):
+                if not out[i].stopped:
+                    out[i].ids.append(t)
+                    out[i].logprobs.append(lp)
+                    out[i].stopped = t in stops
+            finished = [b for b, i in enumerate(rows) if out[i].stopped]
+            if len(finished) == len(rows) or step + 1 == max_new_tokens:
                 break
+            if 4 * len(finished) >= len(rows):
+                self._keep_rows(cache, [(b, rows[b]) for b in finished], prompts, out, layout)
+                keep = [b for b in range(len(rows)) if b not in set(finished)]
+                index = torch.tensor(keep, device=ids.device)
+                for layer in cache.layers:
+                    layer.batch_select_indices(index)
+                mask, token, step_pos, rows = mask[index], token[index], step_pos[index], [rows[b] for b in keep]
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
             step_ids, step_pos = token[:, None], step_pos[:, -1:] + 1
-        return torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+        self._keep_rows(cache, list(enumerate(rows)), prompts, out, layout)
+        return out
 
     def _draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row from ``logits [rows, vocab]`` (temperature, top-k, top-p as HF applies
@@ -417,16 +444,6 @@ class GenerationEngine:
         u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
         token = torch.searchsorted(cdf, u).squeeze(1).clamp_max(cdf.shape[1] - 1)
         return token, logp.gather(1, token[:, None]).squeeze(1)
-
-    def _collect(self, new: torch.Tensor, logprobs: torch.Tensor) -> list[Sample]:
-        """Cut each row at its first stop token."""
-        stops = torch.isin(new, torch.tensor(self.stop_ids))
-        samples = []
-        for row in range(new.shape[0]):
-            hit = stops[row].nonzero()
-            n = int(hit[0]) + 1 if len(hit) else new.shape[1]
-            samples.append(Sample(new[row, :n].tolist(), logprobs[row, :n].tolist(), stopped=bool(len(hit))))
-        return samples
 
 
 def _packed_sdpa(
