@@ -87,6 +87,19 @@ def test_gather_logprobs_bf16_keeps_no_full_fp32_copy() -> None:
     assert logits.grad is not None and logits.grad.shape == logits.shape
 
 
+def test_gather_logprobs_bf16_gradient_is_the_float_one_rounded() -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 9, 300, generator=g).bfloat16().requires_grad_()
+    labels = torch.randint(0, 300, (2, 9), generator=g)
+    weights = torch.randn(2, 9, generator=g)
+    (gather_logprobs(logits, labels, chunk_size=4) * weights).sum().backward()
+    ref = logits.detach().float().requires_grad_()
+    (torch.log_softmax(ref, -1).gather(-1, labels[..., None]).squeeze(-1) * weights).sum().backward()
+    assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
+    # computed in fp32 and rounded once: within one bf16 step (2^-8 relative) of the float gradient
+    torch.testing.assert_close(logits.grad.float(), ref.grad, rtol=2**-8, atol=1e-7)
+
+
 def test_gather_logprobs_rejects_ignore_index() -> None:
     with pytest.raises(ValueError, match="negative"):
         gather_logprobs(torch.zeros(1, 2, 3), torch.tensor([[0, -100]]))

@@ -12,18 +12,47 @@ which is the token mean of :mod:`envace.losses.grpo` with the advantage replaced
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from envace.losses.grpo import TRAINED_ROLES, batch_field, role_weight_vector
 from envace.types import ROLE_IDS
 
 
-def _chunk_logprobs(logits: Tensor, labels: Tensor) -> Tensor:
-    x = logits.float()
-    return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+class _TokenLogProbs(torch.autograd.Function):
+    """``log_softmax(logits)[label]`` in float32, one time chunk at a time, with a hand-written backward.
+
+    Forward keeps only the logits (already alive: autograd needs them anyway), the labels and the
+    ``[B, T]`` log-normalisers; backward forms ``g · (onehot(label) − softmax)`` chunk by chunk, in
+    about half the passes over ``[B, chunk, V]`` of autograd through ``gather − logsumexp`` (and no
+    recomputation of the forward for low-precision logits).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, labels: Tensor, chunk_size: int) -> Tensor:
+        out = torch.empty(labels.shape, dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(out)
+        for s in range(0, logits.shape[1], chunk_size):
+            x = logits[:, s : s + chunk_size].float()
+            norm = torch.logsumexp(x, dim=-1)
+            out[:, s : s + chunk_size] = x.gather(-1, labels[:, s : s + chunk_size, None]).squeeze(-1) - norm
+            lse[:, s : s + chunk_size] = norm
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:
+        logits, labels, lse = ctx.saved_tensors
+        c = ctx.chunk_size
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[1], c):
+            g = grad_out[:, s : s + c, None].float()
+            p = torch.sub(logits[:, s : s + c].float(), lse[:, s : s + c, None]).exp_().mul_(-g)  # −g · softmax
+            grad[:, s : s + c] = p.scatter_add_(-1, labels[:, s : s + c, None], g)  # + g at the label
+        return grad, None, None
 
 
 def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512) -> Tensor:
@@ -35,25 +64,16 @@ def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512) -> Te
         labels: ``[B, T]`` token ids (any valid id on masked positions; pad with 0, not -100).
         chunk_size: time steps per chunk.
 
-    The log-softmax is computed as ``logit[label] − logsumexp(logits)`` one time chunk at a time in
-    float32. For fp32 logits autograd keeps only views of ``logits`` and ``[B, chunk]`` results;
-    for lower precision the float32 upcast of a chunk would be kept for backward, so each chunk is
-    activation-checkpointed (recomputed in backward) and at most one ``[B, chunk, V]`` float32
-    temporary exists at a time.
+    The log-softmax is ``logit[label] − logsumexp(logits)`` computed one time chunk at a time in
+    float32 (:class:`_TokenLogProbs`): at most one ``[B, chunk, V]`` float32 temporary exists at a
+    time, in forward and in backward, and nothing of that size is kept between them.
     """
+    if labels.numel() == 0:
+        return logits.new_zeros(labels.shape, dtype=torch.float32)
     if labels.min() < 0:
         raise ValueError("labels must be valid token ids (got a negative id); mask with loss_mask instead")
-    recompute = torch.is_grad_enabled() and logits.requires_grad and logits.dtype != torch.float32
-    out = []
-    for s in range(0, logits.shape[1], chunk_size):
-        x, y = logits[:, s : s + chunk_size], labels[:, s : s + chunk_size]
-        if recompute:
-            out.append(checkpoint(_chunk_logprobs, x, y, use_reentrant=False))
-        else:
-            out.append(_chunk_logprobs(x, y))
-    if not out:
-        return logits.new_zeros(labels.shape, dtype=torch.float32)
-    return torch.cat(out, dim=1)
+    out: Tensor = _TokenLogProbs.apply(logits, labels, chunk_size)
+    return out
 
 
 def role_weighted_nll(
