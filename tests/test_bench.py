@@ -8,7 +8,7 @@ import json
 import pytest
 
 from envace.bench import main, parse_args
-from envace.bench.layout import call_row_ends
+from envace.bench.layout import call_row_ends, generation_spans, prefill_tokens
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,7 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     mean = layout["mean_tokens_per_episode"]
     assert mean["inline"] < mean["per_call"] < mean["per_call_with_caller"]
     assert 0 < layout["ratio_inline_to_per_call"] < 1
+    assert mean["prefill_row_reuse"] < mean["prefill_re_prefill"]
 
     trl = report["trl"]
     if importlib.util.find_spec("trl") is None:
@@ -71,3 +72,12 @@ def test_per_call_rows_end_after_each_response() -> None:
     # roles: context 0, act 1, rehearse 2; two calls whose responses end at positions 6 and 10
     assert call_row_ends([0, 1, 1, 0, 2, 2, 0, 1, 0, 2, 0]) == [6, 10]
     assert call_row_ends([0, 1, 1]) == []
+
+
+def test_prefill_counts_with_and_without_row_reuse() -> None:
+    # a 3-token shared prefix, then an act (3:5), a rehearsal (6:8) and an act (9:10)
+    roles = [0, 0, 0, 1, 1, 0, 2, 2, 0, 1, 0]
+    assert generation_spans(roles) == [(3, 5), (6, 8), (9, 10)]
+    # again: each call prefills its history past the prefix: 0 + 3 + 6;
+    # reuse: only what is new to the row, the previous last sampled token included: 0 + 2 + 2
+    assert prefill_tokens(roles, prefix=3) == (9, 4)

@@ -68,15 +68,30 @@ def _run(module: Any, task: Task, role: str, episodes: int, group: int, sampling
 
 def _pair(module: Any, task: Task, role: str, group: int, sequential: int, sampling: SamplingConfig,
           max_new: int) -> dict[str, Any]:  # fmt: skip
-    """The role batched over a group and one episode at a time, and the ratio of their rates."""
+    """The role batched over a group and one episode at a time, and the ratio of their rates.
+
+    The one-at-a-time episodes run half before and half after the batched group, so that a change
+    in the machine's load during the measurement weighs on both sides.
+    """
+    before = _run(module, task, role, (sequential + 1) // 2, 1, sampling, max_new)
     batched = _run(module, task, role, group, group, sampling, max_new)
-    single = _run(module, task, role, sequential, 1, sampling, max_new)
+    single = _merge(before, _run(module, task, role, sequential // 2, 1, sampling, max_new))
     return {
         "batched": batched,
         "sequential": single,
         "speedup": _ratio(batched["tokens_per_s"], single["tokens_per_s"]),
         "wall_speedup": _ratio(batched["wall_tokens_per_s"], single["wall_tokens_per_s"]),
     }
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two runs' counts added up, rates recomputed."""
+    out = {k: a[k] + b[k] for k in ("episodes", "tokens", "engine_seconds", "wall_seconds", "generate_calls",
+                                    "prompt_tokens", "prefill_tokens")}  # fmt: skip
+    out["role_tokens"] = {r: a["role_tokens"][r] + b["role_tokens"][r] for r in a["role_tokens"]}
+    out["tokens_per_s"] = round(out["tokens"] / out["engine_seconds"], 2) if out["engine_seconds"] else 0.0
+    out["wall_tokens_per_s"] = round(out["tokens"] / out["wall_seconds"], 2) if out["wall_seconds"] else 0.0
+    return out
 
 
 def bench_rollout(
