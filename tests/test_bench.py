@@ -35,14 +35,17 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert report["training"]["optimizer_step_seconds"] > 0
 
     ro = report["rollout"]
-    for role in ("act", "rehearse"):
-        for mode in ("batched", "sequential"):
-            assert ro[role][mode]["tokens"] > 0 and ro[role][mode]["tokens_per_s"] > 0
-        assert ro[role]["speedup"] > 0
-    assert ro["act"]["batched"]["role_tokens"]["rehearse"] == 0  # act run: every generated token is an act
-    assert ro["rehearse"]["batched"]["role_tokens"]["rehearse"] == ro["rehearse"]["batched"]["tokens"]
-    assert ro["row_reuse"]["without"]["prefill_tokens"] >= ro["rehearse"]["batched"]["prefill_tokens"]
-    assert ro["bf16_sampling"]["batched"]["tokens_per_s"] > 0
+    for weights in ("policy_weights", "bf16_sampling"):
+        for role in ("act", "rehearse"):
+            for mode in ("batched", "sequential"):
+                assert ro[weights][role][mode]["tokens"] > 0 and ro[weights][role][mode]["tokens_per_s"] > 0
+            assert ro[weights][role]["speedup"] > 0
+        assert ro[weights]["both_roles_speedup"] > 0
+    act, rehearse = ro["policy_weights"]["act"]["batched"], ro["policy_weights"]["rehearse"]["batched"]
+    assert act["role_tokens"]["rehearse"] == 0  # act run: every generated token is an act token
+    assert rehearse["role_tokens"]["rehearse"] == rehearse["tokens"]  # and here a rehearse token
+    assert ro["row_reuse"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
+    assert set(ro["bf16_sampling"]["gain_batched"]) == {"act", "rehearse"}
 
     layout = report["layout"]
     mean = layout["mean_tokens_per_episode"]

@@ -94,29 +94,44 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _both(pairs: dict[str, Any]) -> float | None:
+    """Batched ÷ one-at-a-time rate over both roles' generated tokens together."""
+    rate = {
+        mode: sum(p[mode]["tokens"] for p in pairs.values()) / sum(p[mode]["engine_seconds"] for p in pairs.values())
+        for mode in ("batched", "sequential")
+    }
+    return _ratio(rate["batched"], rate["sequential"])
+
+
 def bench_rollout(
     module: Any, task: Task, group_size: int, sequential: int, act_tokens: int, rehearse_tokens: int
 ) -> dict[str, Any]:
-    """Both roles batched and one at a time with the policy's weights; the batched rehearsal without
-    row reuse (before/after); acting with a bfloat16 sampling copy (before/after, and its own ratio)."""
+    """Both roles batched and one at a time, with the policy's weights and with a bfloat16 sampling
+    copy; the batched rehearsal without row reuse (before/after)."""
     base = module.sampling
+    bf16 = SamplingConfig(**{**vars(base), "dtype": "bfloat16"})
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "user_turns": len(task.user_turns)}
-    out["act"] = _pair(module, task, "act", group_size, sequential, base, act_tokens)
-    out["rehearse"] = _pair(module, task, "rehearse", group_size, sequential, base, rehearse_tokens)
+    for key, sampling in (("policy_weights", base), ("bf16_sampling", bf16)):
+        pairs = {
+            "act": _pair(module, task, "act", group_size, sequential, sampling, act_tokens),
+            "rehearse": _pair(module, task, "rehearse", group_size, sequential, sampling, rehearse_tokens),
+        }
+        out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
+    out["bf16_sampling"]["gain_batched"] = {
+        role: _ratio(out["bf16_sampling"][role]["batched"]["tokens_per_s"],
+                     out["policy_weights"][role]["batched"]["tokens_per_s"])
+        for role in ("act", "rehearse")
+    }  # fmt: skip
     no_reuse = SamplingConfig(**{**vars(base), "reuse_rows": False})
     before = _run(module, task, "rehearse", group_size, group_size, no_reuse, rehearse_tokens)
     out["row_reuse"] = {
         "without": before,
-        "speedup": _ratio(out["rehearse"]["batched"]["tokens_per_s"], before["tokens_per_s"]),
+        "speedup": _ratio(out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"], before["tokens_per_s"]),
     }
-    bf16 = SamplingConfig(**{**vars(base), "dtype": "bfloat16"})
-    out["bf16_sampling"] = _pair(module, task, "act", group_size, sequential, bf16, act_tokens)
-    out["bf16_sampling"]["gain_batched"] = _ratio(
-        out["bf16_sampling"]["batched"]["tokens_per_s"], out["act"]["batched"]["tokens_per_s"]
-    )
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
-        "oracle engine, every tool response written by the model; tokens_per_s = generated tokens / generation time"
+        "oracle engine, every tool response written by the model; tokens_per_s = generated tokens / generation "
+        "time; policy_weights samples with the fp32 policy, bf16_sampling with a bfloat16 copy of it"
     )
     return out
 
