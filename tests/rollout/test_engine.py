@@ -101,3 +101,13 @@ def test_stopped_rows_leave_the_batch_and_keep_their_keys_and_values(tiny_model)
         fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
         torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
     assert engine.stats.prefill_tokens - before == 3 * len(turn)  # the last sampled token and two new ones
+
+
+def test_sampling_ignores_the_callers_autocast(tiny_model) -> None:
+    torch.manual_seed(0)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2)
+    prompt = torch.randint(10, 1000, (20,)).tolist()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as Lightning's bf16-mixed wraps training_step
+        s = engine.generate([prompt], 5)[0]
+    fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+    torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)  # fp32, not bf16 noise

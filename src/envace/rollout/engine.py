@@ -242,12 +242,17 @@ class GenerationEngine:
         model = self.sampler()
         was_training = model.training
         model.eval()
+        # the sampler's precision is ``sampling.dtype``, whatever autocast the caller runs under
+        # (Lightning's bf16-mixed wraps training_step, rollouts included: re-casting every weight
+        # at every decoding step made sampling slower than fp32)
+        device_type = next(model.parameters()).device.type
         try:
-            for start in range(0, len(order), bs):
-                chunk = order[start : start + bs]
-                samples = self._generate_batch(model, [prompts[i] for i in chunk], max_new_tokens)
-                for i, sample in zip(chunk, samples, strict=True):
-                    out[i] = sample
+            with torch.autocast(device_type, enabled=False):
+                for start in range(0, len(order), bs):
+                    chunk = order[start : start + bs]
+                    samples = self._generate_batch(model, [prompts[i] for i in chunk], max_new_tokens)
+                    for i, sample in zip(chunk, samples, strict=True):
+                        out[i] = sample
         finally:
             model.train(was_training)
         return [s for s in out if s is not None]
