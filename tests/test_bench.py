@@ -33,6 +33,8 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
         assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and 0 < r["loss_positions"] < r["tokens"]
     assert "mfu_vs_bf16_peak" in runs[64, "bf16"] and "mfu_vs_run_peak" in runs[64, "fp32"]
     assert report["training"]["optimizer_step_seconds"] > 0
+    plain = report["training"]["plain_transformers"]
+    assert plain["tokens"] == 64 and plain["mfu"] > 0 and "mfu_vs_run_peak" in plain
 
     ro = report["rollout"]
     for weights in ("policy_weights", "bf16_sampling"):

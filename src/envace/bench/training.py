@@ -72,6 +72,19 @@ def update_seconds(module: Any, batch: TokenBatch, dtype: str) -> float:
     return seconds
 
 
+def plain_seconds(module: Any, batch: TokenBatch) -> float:
+    """Seconds of a plain transformers forward and backward of the same tokens: HF's own loss, the
+    vocabulary projection and log-softmax at every position (the reference the loss path improves on)."""
+
+    def step() -> None:
+        module.policy(input_ids=batch.input_ids, labels=batch.input_ids, use_cache=False).loss.backward()
+
+    with quiet():
+        seconds, _ = timed(step)
+    module.policy.zero_grad(set_to_none=True)
+    return seconds
+
+
 def optimizer_seconds(module: Any) -> float:
     """Seconds of one AdamW step over every trainable weight (the second step: state exists)."""
     params = [p for p in module.policy.parameters() if p.requires_grad]
@@ -105,7 +118,8 @@ def bench_training(
 
     Returns ``runs`` (per length and precision: tokens, seconds, tokens/s, loss positions, model
     GFLOP/s by ``6 · params · tokens``, the local peaks, ``mfu`` over the fp32 one and, for bf16,
-    ``mfu_vs_bf16_peak``), ``params`` and ``optimizer_step_seconds``.
+    ``mfu_vs_bf16_peak``), ``plain_transformers`` (the same figures for a plain fp32 forward and
+    backward of the first length), ``params`` and ``optimizer_step_seconds``.
     """
     params = param_count(module.policy)
     module.policy.train()
@@ -122,9 +136,16 @@ def bench_training(
                 run = _run_figures(n, dtype, seconds, params, batches[n], before, after)
                 if (n, dtype) not in best or run["mfu"] > best[n, dtype]["mfu"]:
                     best[n, dtype] = run
+    n = lengths[0]
+    plain = []
+    for _ in range(reps):
+        before = _local_peak(peak_size)
+        seconds = plain_seconds(module, batches[n])
+        plain.append(_run_figures(n, "fp32", seconds, params, batches[n], before, _local_peak(peak_size)))
     return {
         "params": params,
         "runs": list(best.values()),
+        "plain_transformers": max(plain, key=lambda r: r["mfu"]),
         "optimizer_step_seconds": round(optimizer_seconds(module), 4),
     }
 
@@ -152,5 +173,5 @@ def _run_figures(
 
 def add_utilisation(training: dict[str, Any], peak: dict[str, Any]) -> None:
     """``mfu_vs_run_peak``: utilisation against the best fp32 peak of the whole run (the strictest)."""
-    for run in training["runs"]:
+    for run in [*training["runs"], training["plain_transformers"]]:
         run["mfu_vs_run_peak"] = round(run["model_gflops"] / peak["fp32_gflops"], 4)
