@@ -40,7 +40,7 @@ class Sizes:
     train_reps: int = 2
     peak_sizes: tuple[int, ...] = (512, 1024, 2048)
     group_size: int = 8
-    sequential_episodes: int = 2
+    sequential_episodes: int = 4
     act_tokens: int = 48
     rehearse_tokens: int = 48
     user_turns: int = 2

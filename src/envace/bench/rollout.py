@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from envace.bench.common import quiet, timed
 from envace.rollout import (
     Engine,
@@ -32,8 +34,10 @@ from envace.types import Task
 
 
 def _run(module: Any, task: Task, role: str, episodes: int, group: int, sampling: SamplingConfig,
-         max_new: int) -> dict[str, Any]:  # fmt: skip
-    """Roll out ``episodes`` episodes of ``task``, ``group`` per rollout; the model's engine stats."""
+         max_new: int, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Roll out ``episodes`` episodes of ``task``, ``group`` per rollout, sampling from ``seed``;
+    the model's engine stats. Seeded, so that a run and its variant (e.g. without row reuse)
+    sample the same tokens and the figures repeat from one bench run to the next."""
     engine = make_engine(module.policy, module.tokenizer, module.fmt, sampling)
     actor: Engine
     responder: Responder
@@ -45,6 +49,7 @@ def _run(module: Any, task: Task, role: str, episodes: int, group: int, sampling
         limits = RolloutLimits(max_steps_per_turn=2, max_calls_per_step=16, max_episode_tokens=8192)
     rollout = make_rollout(actor, module.tokenizer, module.fmt, responder, limits)
     wall, roles = 0.0, {"act": 0, "rehearse": 0}
+    torch.manual_seed(seed)
     with quiet():
         for _ in range(episodes // group):
             seconds, eps = timed(lambda: rollout.run([task], group))
@@ -75,7 +80,7 @@ def _pair(module: Any, task: Task, role: str, group: int, sequential: int, sampl
     """
     before = _run(module, task, role, (sequential + 1) // 2, 1, sampling, max_new)
     batched = _run(module, task, role, group, group, sampling, max_new)
-    single = _merge(before, _run(module, task, role, sequential // 2, 1, sampling, max_new))
+    single = _merge(before, _run(module, task, role, sequential // 2, 1, sampling, max_new, seed=1))
     return {
         "batched": batched,
         "sequential": single,
