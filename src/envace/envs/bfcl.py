@@ -7,6 +7,12 @@ class's config, ``long_context`` passed through, stateless classes left unconfig
 bfcl-eval, nothing is ``eval``-ed: a call is validated against the tools visible at the current
 turn, then dispatched by name to the public method of the class that owns it. Only names that
 appear in the task's tool docs *and* are public methods of an involved class can be called.
+
+The memory backends (``MemoryAPI_kv``, ``MemoryAPI_rec_sum``) keep bfcl-eval's snapshot files: their
+config names a results folder, the entry id and its scenario; a prerequisite conversation starts
+from its scenario's latest snapshot and writes it back when the environment closes (bfcl-eval's
+runner flushes at the end of every ``*_prereq_*`` conversation); a question only reads it. See
+:mod:`envace.evaluation.bfcl_memory`.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+from pathlib import Path
 from typing import Any
 
 from envace._bfcl import bfcl_module
@@ -73,8 +80,18 @@ def load_instance(class_name: str, initial_config: dict[str, Any], long_context:
     module_name = backend.CLASS_FILE_PATH_MAPPING[class_name].removeprefix("bfcl_eval.")
     instance = getattr(bfcl_module(module_name), class_name)()
     if class_name not in backend.STATELESS_CLASSES:
-        instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+        config = copy.deepcopy(initial_config.get(class_name, {}))
+        if class_name.startswith("MemoryAPI"):
+            if not config.get("model_result_dir"):
+                raise ValueError(f"{class_name} needs 'model_result_dir', the folder of its memory snapshots")
+            config["model_result_dir"] = Path(config["model_result_dir"])  # a str in the task's JSON
+        instance._load_scenario(config, long_context=long_context)
     return instance
+
+
+def is_memory_prereq(instance: Any) -> bool:
+    """A memory backend loaded for a prerequisite conversation (its memory is written back at the end)."""
+    return hasattr(instance, "_flush_memory_to_local_file") and "prereq" in str(getattr(instance, "test_id", ""))
 
 
 def _response(result: Any) -> JSON:
@@ -152,6 +169,12 @@ class BFCLEnvironment(Environment):
         except Exception as exc:  # the API code is not ours: any failure becomes an observation
             return error_observation(EXECUTION_ERROR, f"{call.name}: {type(exc).__name__}: {exc}")
         return _response(result)
+
+    def close(self) -> None:
+        """End of the conversation: a memory prerequisite writes its memory snapshot (as bfcl-eval's runner)."""
+        for instance in self._instances.values():
+            if is_memory_prereq(instance):
+                instance._flush_memory_to_local_file()
 
     def snapshot(self) -> JSON:
         """``{class name: public state}`` of every involved instance."""
