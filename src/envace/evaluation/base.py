@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -188,6 +190,15 @@ class Benchmark(ABC):
     def limits(self, category: str, limits: RolloutLimits) -> RolloutLimits:
         """The episode limits of ``category`` (default: the configured ones)."""
         return limits
+
+    @contextmanager
+    def prepared(
+        self, category: str, tasks: list[Task], run: Callable[[list[Task]], list[Episode]]
+    ) -> Iterator[list[Task]]:
+        """Run what ``category``'s tasks depend on (``run``: the evaluation's rollout; those episodes
+        are not scored) and yield the tasks to run and score; undone on exit. Default: nothing to run.
+        """
+        yield tasks
 
     @abstractmethod
     def responder(self, policy: Policy) -> Responder:

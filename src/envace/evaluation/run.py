@@ -75,13 +75,14 @@ def run_setting(
             bench.limits(category, limits), user=user, validate_calls=not policy.reference, rehearsal=setting,
             imagine=bench.imagine(policy),
         )  # fmt: skip
-        for start in range(0, len(group), max(1, batch_tasks)):
-            for ep in rollout.run(group[start : start + batch_tasks]):
-                try:
-                    out = bench.score(ep)
-                except Exception as exc:  # a scorer that cannot score masks the item, never stops the run
-                    out = RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}"})
-                items.append(item_result(bench.name, ep, out, category, setting.mode, setting.n, trial))
+        with bench.prepared(category, group, rollout.run) as ready:  # BFCL memory: its prerequisites
+            for start in range(0, len(ready), max(1, batch_tasks)):
+                for ep in rollout.run(ready[start : start + batch_tasks]):
+                    try:
+                        out = bench.score(ep)
+                    except Exception as exc:  # a scorer that cannot score masks the item, never stops the run
+                        out = RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}"})
+                    items.append(item_result(bench.name, ep, out, category, setting.mode, setting.n, trial))
     return items
 
 
