@@ -8,14 +8,19 @@
   rebuilt from validated values and go to ``multi_turn_checker`` (a unique model name; its
   module-global instances are deleted afterwards). As in bfcl-eval's runner, an episode that did
   not reach every turn, or hit the step limit, is force-terminated and fails;
+* memory categories (``memory_kv``, ``memory_rec_sum``): bfcl-eval's two phases, unscored
+  prerequisite conversations that write memory snapshots, then the questions, scored by
+  ``agentic_checker`` on the final answer (:mod:`envace.evaluation.bfcl_memory`);
 * Overall: bfcl-eval's ``calculate_*`` functions with its weights 10/10/10/30/40 over non-live,
-  live, irrelevance, multi-turn and agentic. Agentic (web search, memory) does not run here, so the
-  Overall is **partial**: missing categories count 0, as in bfcl-eval; ``overall_evaluated``
-  re-normalises the weights over the groups that ran.
+  live, irrelevance, multi-turn and agentic. Web search and ``memory_vector`` do not run here, so
+  the Overall is **partial**: missing categories count 0, as in bfcl-eval; ``overall_evaluated``
+  re-normalises the weights over the groups and categories that ran.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -24,6 +29,7 @@ from envace._bfcl import bfcl_data_dir, bfcl_module, run_multi_turn_checker
 from envace.data.sources import load_source
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, SINGLE_TURN_CATEGORIES, call_string
 from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, gold_text, mean
+from envace.evaluation.bfcl_memory import MEMORY_CATEGORIES, load_questions, memory_phase, oracle_text, score_memory
 from envace.evaluation.bfcl_reference import reference_calls
 from envace.evaluation.policies import Policy
 from envace.protocol import render_calls
@@ -35,7 +41,7 @@ from envace.rollout.reference import DONE
 from envace.rollout.responders import Responder, ToolTurn
 from envace.types import Message, Task, ToolCall
 
-OFFLINE_CATEGORIES = SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES
+OFFLINE_CATEGORIES = SINGLE_TURN_CATEGORIES + MULTI_TURN_CATEGORIES + MEMORY_CATEGORIES
 NON_LIVE_AST = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple")
 LIVE_AST = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")
 AGENTIC = ("web_search_base", "web_search_no_snippet", "memory_kv", "memory_vector", "memory_rec_sum")
@@ -44,9 +50,6 @@ MISSING = {
     "web_search_base": "needs the live web (bfcl-eval's WebSearchAPI queries a search engine)",
     "web_search_no_snippet": "needs the live web",
     "memory_vector": "needs sentence-embedding weights (all-MiniLM-L6-v2) for its vector store",
-    "memory_kv": "runs offline in principle, but needs bfcl-eval's two-phase memory pipeline (the model's own "
-    "writes over 5 prerequisite conversations, snapshotted, then the questions); not implemented",
-    "memory_rec_sum": "as memory_kv",
     "format_sensitivity": "not part of the Overall (a robustness study over prompt formats)",
 }
 
@@ -112,7 +115,9 @@ def run_checker(task: Task, decoded: list[list[list[str]]], gold: list[list[str]
 def dataset_size(category: str) -> int:
     """Items in a category's data file (bfcl-eval counts a category that did not run with its size)."""
     file = bfcl_data_dir() / f"BFCL_v4_{category}.json"
-    if category in AGENTIC or not file.is_file():
+    if category in MEMORY_CATEGORIES:
+        file = bfcl_data_dir() / "BFCL_v4_memory.json"
+    elif category in AGENTIC or not file.is_file():
         return 0
     with file.open(encoding="utf-8") as fh:
         return sum(1 for line in fh if line.strip())
@@ -177,6 +182,7 @@ class BFCLBenchmark(Benchmark):
             raise ValueError(f"BFCL categories that do not run offline: {why}")
         single = [c for c in cats if c in SINGLE_TURN_CATEGORIES]
         multi = [c for c in cats if c in MULTI_TURN_CATEGORIES]
+        memory = [c for c in cats if c in MEMORY_CATEGORIES]
         tasks: list[Task] = []
         path = self.filter.path
         if single:
@@ -184,6 +190,8 @@ class BFCLBenchmark(Benchmark):
         if multi:
             split = self.filter.split or "all"
             tasks += load_source("bfcl-multi-turn", split=split, path=path, categories=multi)
+        if memory:
+            tasks += load_questions(memory, path)
         order = {c: i for i, c in enumerate(cats)}
         tasks.sort(key=lambda t: order[t.category])  # stable: the source's order within a category
         return self.filter.apply(tasks)
@@ -193,10 +201,24 @@ class BFCLBenchmark(Benchmark):
             return replace(limits, max_steps_per_turn=1)
         return limits
 
+    @contextmanager
+    def prepared(
+        self, category: str, tasks: list[Task], run: Callable[[list[Task]], list[Episode]]
+    ) -> Iterator[list[Task]]:
+        """Memory categories: the prerequisite conversations run first (their snapshots, in a folder
+        removed afterwards, are what the questions start from)."""
+        if category not in MEMORY_CATEGORIES:
+            yield tasks
+            return
+        with memory_phase(category, tasks, run, self.filter.path) as ready:
+            yield ready
+
     def responder(self, policy: Policy) -> Responder:
         return TrustedEnvironment() if policy.reference else RealEnvironment()
 
     def oracle(self, episode: Episode) -> str:
+        if episode.task.category.startswith("memory_"):  # questions and their prerequisites
+            return oracle_text(episode)
         if episode.task.category in SINGLE_TURN_CATEGORIES:
             if episode.scratch.get("oracle_turn") == episode.turn:
                 return DONE
@@ -210,6 +232,8 @@ class BFCLBenchmark(Benchmark):
     def score(self, episode: Episode) -> RewardOutput:
         if episode.task.category in MULTI_TURN_CATEGORIES:
             return official_multi_turn(episode.task, episode)
+        if episode.task.category in MEMORY_CATEGORIES:
+            return score_memory(episode)
         return compute_reward(episode.task, episode.trajectory())
 
     def summarize(self, items: list[ItemResult]) -> list[Summary]:
@@ -236,8 +260,11 @@ class BFCLBenchmark(Benchmark):
         lines = ["BFCL Overall is PARTIAL: weights 10/10/10/30/40 (non-live, live, irrelevance, multi-turn, agentic) "
                  "as bfcl-eval; categories that did not run count 0 in [overall_partial] and are left out of "
                  "[overall_evaluated] (weights re-normalised)."]  # fmt: skip
-        lines += [f"missing {c}: {MISSING[c]}" for c in AGENTIC]
-        skipped = [c for c in not_run if c not in AGENTIC]
+        lines += [f"missing {c}: {MISSING[c]}" for c in AGENTIC if c in MISSING]
+        if ran & set(MEMORY_CATEGORIES):
+            lines.append("memory: the prerequisite conversations of each scenario ran first (not scored, not in "
+                         "the table), writing the memory snapshots the questions start from")  # fmt: skip
+        skipped = [c for c in not_run if c in OFFLINE_CATEGORIES]
         if skipped:
             lines.append(f"not selected in this run (count 0 in [overall_partial]): {', '.join(skipped)}")
         subset = [f"{k}={v}" for k, v in (("limit", self.filter.limit), ("task_ids", self.filter.task_ids),
