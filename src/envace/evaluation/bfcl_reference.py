@@ -18,23 +18,33 @@ from envace.types import Task, ToolCall
 OMIT = object()  # the parameter is left out of the call
 
 
-def pick(options: Any, required: bool = True) -> Any:
+def pick(options: Any, required: bool | None = True) -> Any:
     """The oracle's value for one parameter's possible-answer list: :data:`OMIT` when the parameter is
     optional and ``""`` (left out) is acceptable, else the first value that is not ``""``.
+
+    A required parameter whose only acceptable value is ``""`` gets ``""`` itself: the checker
+    rejects a call without a required parameter, and compares a string value with the acceptable
+    ones after stripping spaces and ``,./-_*^``, so ``""`` matches ``""``. A list with no value at all
+    (``[]``) accepts nothing: the parameter is left out. ``required=None`` (no function doc) picks as
+    for a required parameter but leaves out one whose only value is ``""``.
 
     A possible answer that is a bare string instead of a list (one BFCL record) is iterated as the
     checker iterates it: character by character.
 
     >>> pick([3, 4]), pick(["", 3]), pick(["", 3], required=False) is OMIT, pick([None]), pick("ab")
     (3, 3, True, None, 'a')
+    >>> pick([""]), pick([""], required=False) is OMIT, pick([]) is OMIT
+    ('', True, True)
     >>> pick([{"k": ["a", "b"], "o": [""]}])
     {'k': 'a'}
     """
     values = list(options) if isinstance(options, list | str) else [options]
-    if not required and "" in values:
+    if required is False and "" in values:
         return OMIT
     chosen = [v for v in values if v != ""]
-    return _literal(chosen[0]) if chosen else OMIT
+    if chosen:
+        return _literal(chosen[0])
+    return "" if required and values else OMIT
 
 
 def _literal(value: Any) -> Any:
@@ -133,7 +143,7 @@ def reference_calls(task: Task, docs: list[dict[str, Any]] | None = None) -> lis
         for name, params in entry.items():
             doc = by_name.get(name, {})
             required = set((doc.get("parameters") or {}).get("required") or [])
-            picked = {k: pick(o, required=k in required or not doc) for k, o in params.items()}
+            picked = {k: pick(o, required=(k in required) if doc else None) for k, o in params.items()}
             args = {k: v for k, v in picked.items() if v is not OMIT}
             if language != "python":
                 schema = _params(doc)
