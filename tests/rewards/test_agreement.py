@@ -27,6 +27,7 @@ from envace.rewards.agreement import (
     select,
 )
 from envace.rewards.bfcl import calls_equivalent, tool_classes
+from envace.rewards.bfcl_effects import ordered
 from envace.types import Message, Task, ToolCall
 
 FMT = HermesFormat(tool_style="compact")
@@ -56,15 +57,15 @@ def test_small_agreement_run(tokenizer) -> None:
     assert c["by_kind"]["scripted/gold"] == {"n": 4, "agree": 4, "ours": 4, "official": 4}
     # an extra read-only call: both accept it (subsequence / same state and results)
     assert all(r.ours and r.official for r in rows if r.kind == "extra_readonly")
-    # a swap of two calls fails our ordered check, unless they act on different API classes
+    # a swap of two calls fails our check only where their order can matter (one class, not commuting)
     for r, (task, _) in zip(rows, items, strict=True):
         if r.kind == "swap_calls":
             names = re.match(r"turn \d+ call \d+ (\w+): swapped with (\w+)", r.note).groups()
             owner = tool_classes(tuple(task.env["involved_classes"]))
-            assert r.ours == (owner[names[0]] != owner[names[1]]), r
+            assert r.ours == (owner[names[0]] != owner[names[1]] or not ordered(owner[names[0]], *names)), r
 
 
-@pytest.mark.parametrize("task_id", ["multi_turn_base_1", "multi_turn_base_5", "multi_turn_base_15"])
+@pytest.mark.parametrize("task_id", ["multi_turn_base_3", "multi_turn_base_5", "multi_turn_base_15"])
 def test_each_kind_makes_the_change_it_names(task_id: str) -> None:
     task = tasks()[task_id]
     n_gold = sum(map(len, task.gold))
@@ -85,7 +86,7 @@ def test_each_kind_makes_the_change_it_names(task_id: str) -> None:
             assert len(flat) == n_gold + 1
         elif kind == "swap_calls":
             assert Counter(map(hash, new_turn)) == Counter(map(hash, gold_turn))
-        elif kind == "equivalent_value":  # our reward counts the new call as the same call
+        elif kind == "equivalent_value":  # our reward counts the new call as the same call (4.0 is no integer)
             schemas = {s["name"]: s for s in task.tools_at(changed[0])}
             assert all(calls_equivalent(g, c, schemas[g.name]) for g, c in zip(gold_turn, new_turn, strict=True))
         else:  # change_arg, drop_arg, replace_tool: one call differs
@@ -130,11 +131,16 @@ def test_calls_on_different_classes_commute_in_both_scores(tokenizer) -> None:
 
 @pytest.mark.parametrize(
     ("task_id", "edit", "ours", "official"),
-    [  # documented disagreements (docs/rewards.md): each side of the table, pinned
-        ("multi_turn_long_context_156", ("int_as_float", 3, 1, "priority"), True, False),
-        ("multi_turn_miss_func_109", ("duplicate", 2, 0, None), True, False),
-        ("multi_turn_miss_param_124", ("swap", 1, 0, None), False, True),
+    [  # documented disagreements (docs/rewards.md): each one pinned
+        ("multi_turn_miss_func_25", ("swap", 3, 0, None), False, True),
+        ("multi_turn_miss_param_58", ("duplicate", 2, 1, None), False, True),
+        ("multi_turn_miss_func_161", ("change", 1, 0, "client_id"), False, True),
         ("multi_turn_miss_param_0", ("empty_turn_call", 3, 0, None), False, True),
+        ("multi_turn_miss_func_102", ("float_for_integer", 1, 0, "order_id"), False, True),
+        # disagreements of earlier versions of the reward, now agreeing
+        ("multi_turn_long_context_156", ("float_for_integer", 3, 1, "priority"), False, False),
+        ("multi_turn_miss_func_109", ("duplicate", 2, 0, None), False, False),
+        ("multi_turn_miss_param_124", ("swap", 1, 0, None), True, True),
     ],
 )
 def test_documented_disagreements(tokenizer, task_id, edit, ours, official) -> None:
@@ -142,8 +148,10 @@ def test_documented_disagreements(tokenizer, task_id, edit, ours, official) -> N
     what, t, i, key = edit
     script = [list(turn) for turn in task.gold]
     call = script[t][i] if script[t] else None
-    if what == "int_as_float":
+    if what == "float_for_integer":
         script[t][i] = ToolCall(call.name, {**call.arguments, key: float(call.arguments[key])})
+    elif what == "change":
+        script[t][i] = ToolCall(call.name, {**call.arguments, key: call.arguments[key] + "_2"})
     elif what == "duplicate":
         script[t].insert(i, call)
     elif what == "swap":
@@ -166,3 +174,10 @@ def test_official_verdict_force_terminates_and_cleans_up() -> None:
     assert official_verdict(task, both, {"max_steps"})["error_type"] == "multi_turn:force_terminated"
     store = vars(bfcl_module("eval_checker.multi_turn_eval.multi_turn_utils"))
     assert not [k for k in store if k.startswith("envace_agree_")]  # no cached API instances left
+
+
+def test_equivalent_value_never_writes_a_float_for_an_integer() -> None:
+    # multi_turn_base_1's only numbers are integers: 5 -> 5.0 is a type error, not a spelling
+    assert perturb(tasks()["multi_turn_base_1"], "equivalent_value", random.Random(0)) is None
+    p = perturb(tasks()["multi_turn_base_1"], "float_for_integer", random.Random(0))
+    assert p is not None and isinstance(p.note, str) and ".0" in p.note

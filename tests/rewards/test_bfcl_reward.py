@@ -187,6 +187,18 @@ FIND = {
 }
 
 
+NUM = {
+    "name": "f",
+    "parameters": {
+        "properties": {
+            "x": {"type": "float"},
+            "i": {"type": "integer"},
+            "ids": {"type": "array", "items": {"type": "integer"}},
+        }
+    },
+}
+
+
 def hand_task() -> Task:
     return Task(
         id="mt",
@@ -236,6 +248,11 @@ def test_argument_equivalence_rules() -> None:
     # without a schema default a missing argument fails
     assert not calls_equivalent(ToolCall("cd", {"folder": "a"}), ToolCall("cd", {}), CD)
     assert not calls_equivalent(ToolCall("cd", {}), ToolCall("cd", {"x": None}), CD)
+    # bfcl-eval's types: an int is a float, a float is not an integer (also inside arrays)
+    assert calls_equivalent(ToolCall("f", {"x": 2.0}), ToolCall("f", {"x": 2}), NUM)
+    assert calls_equivalent(ToolCall("f", {"i": 4, "ids": [1]}), ToolCall("f", {"i": 4, "ids": [1]}), NUM)
+    assert not calls_equivalent(ToolCall("f", {"i": 4}), ToolCall("f", {"i": 4.0}), NUM)
+    assert not calls_equivalent(ToolCall("f", {"ids": [1, 2]}), ToolCall("f", {"ids": [1, 2.0]}), NUM)
 
 
 def test_turns_split_on_user_messages() -> None:
@@ -291,6 +308,43 @@ def test_multi_turn_single_argument_perturbations_lower_the_reward(task_id: str)
                 assert r.details["turns"][t] is False
                 checked += 1
     assert checked > 5
+
+
+def _with_turn(task: Task, t: int, calls: list[ToolCall]) -> list[list[ToolCall]]:
+    return [list(calls) if i == t else list(g) for i, g in enumerate(task.gold)]
+
+
+def test_order_is_kept_only_where_it_can_matter() -> None:
+    # TradingBot, turn 1: get_stock_info then place_order (an order does not move a price)
+    task = multi_turn()["multi_turn_miss_param_124"]
+    a, b = task.gold[1][:2]
+    assert (a.name, b.name) == ("get_stock_info", "place_order")
+    assert bfcl_multi_turn(task, traj_of(task, _with_turn(task, 1, [b, a, *task.gold[1][2:]]))).success
+    # GorillaFileSystem: cd then touch (the file lands elsewhere when swapped)
+    task = multi_turn()["multi_turn_miss_func_2"]
+    cd, touch = task.gold[0][:2]
+    assert (cd.name, touch.name) == ("cd", "touch")
+    swapped = _with_turn(task, 0, [touch, cd, *task.gold[0][2:]])
+    assert bfcl_multi_turn(task, traj_of(task, swapped)).details["turns"][0] is False
+
+
+def test_repeated_side_effects_fail_unless_the_gold_repeats_them() -> None:
+    # turn 2 of miss_func_109: one place_order; sent twice, it books two orders
+    task = multi_turn()["multi_turn_miss_func_109"]
+    order = task.gold[2][0]
+    assert order.name == "place_order"
+    twice = _with_turn(task, 2, [order, *task.gold[2]])
+    assert bfcl_multi_turn(task, traj_of(task, twice)).details["turns"][2] is False
+    # a read-only call in between changes nothing; a call that writes what place_order reads
+    # (a fund transfer) may have been the fix before a retry, so the repeat is allowed
+    quote = ToolCall("get_stock_info", {"symbol": order.arguments["symbol"]})
+    assert not bfcl_multi_turn(task, traj_of(task, _with_turn(task, 2, [order, quote, *task.gold[2]]))).success
+    fund = ToolCall("fund_account", {"amount": 10.0})
+    assert bfcl_multi_turn(task, traj_of(task, _with_turn(task, 2, [order, fund, *task.gold[2]]))).details["turns"][2]
+    # an idempotent call repeated is harmless: lockDoors twice (multi_turn_base_84, turn 0)
+    task = multi_turn()["multi_turn_base_84"]
+    lock = next(c for c in task.gold[0] if c.name == "lockDoors")
+    assert bfcl_multi_turn(task, traj_of(task, _with_turn(task, 0, [lock, *task.gold[0]]))).success
 
 
 # --------------------------------------------------------------------------- registry

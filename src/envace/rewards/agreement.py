@@ -19,7 +19,7 @@ from envace._bfcl import run_multi_turn_checker
 from envace.data.sources.bfcl import call_string
 from envace.protocol import render_calls, tool_name
 from envace.protocol.parse import validate_call
-from envace.rewards.bfcl import bfcl_multi_turn
+from envace.rewards.bfcl import bfcl_multi_turn, calls_equivalent
 from envace.rollout.reference import DONE, ScriptedEngine
 from envace.types import Message, Task, ToolCall, ToolSchema
 
@@ -35,8 +35,9 @@ KINDS = (
     "replace_tool",
     "equivalent_value",
 )
-#: probes of a known difference (docs/rewards.md), not in the default mix: a read-only call in an empty gold turn
-PROBES = ("call_in_empty_turn",)
+#: probes of known differences (docs/rewards.md), not in the default mix: a read-only call in an empty gold
+#: turn; an ``integer`` argument written as a float (a type error to bfcl-eval's ast_checker and to our reward)
+PROBES = ("call_in_empty_turn", "float_for_integer")
 #: argument-free methods that leave an API instance's state unchanged (tested on fresh instances)
 READ_ONLY: dict[str, tuple[str, ...]] = {
     "GorillaFileSystem": ("pwd", "ls"),
@@ -145,6 +146,15 @@ def _turn_edits(task: Task, kind: str, t: int, i: int, rng: random.Random) -> li
         return [([*before, new, *after], f"-> {call_string(new)}") for new in _replacements(task, t, call)]
     if kind == "equivalent_value":
         return [([*before, new, *after], note) for new, note in _equivalents(task, t, call, props)]
+    if kind == "float_for_integer":
+        ints = [
+            k for k, v in call.arguments.items() if type(v) is int and (props.get(k) or {}).get("type") == "integer"
+        ]
+        return [
+            ([*before, ToolCall(call.name, {**call.arguments, k: float(call.arguments[k])}), *after],
+             f"{k}={call.arguments[k]!r}->{float(call.arguments[k])!r}")
+            for k in ints
+        ]  # fmt: skip
     return []
 
 
@@ -184,8 +194,9 @@ def _replacements(task: Task, turn: int, call: ToolCall) -> list[ToolCall]:
 
 
 def _equivalents(task: Task, turn: int, call: ToolCall, props: dict[str, Any]) -> list[tuple[ToolCall, str]]:
-    """The call with one argument spelled another way that the reward counts as equal: a number
-    as int/float, an omitted default written out, a value equal to its default omitted."""
+    """The call with one argument spelled another way that the reward counts as equal
+    (:func:`~envace.rewards.bfcl.calls_equivalent`): a number as int/float (not a float for an
+    ``integer``), an omitted default written out, a value equal to its default omitted."""
     out = []
     for k, v in call.arguments.items():
         flipped = _flipped(v)
@@ -196,7 +207,8 @@ def _equivalents(task: Task, turn: int, call: ToolCall, props: dict[str, Any]) -
     for k, p in props.items():
         if k not in call.arguments and isinstance(p, dict) and "default" in p and p["default"] != "None":
             out.append((ToolCall(call.name, {**call.arguments, k: p["default"]}), f"{k}={p['default']!r} written"))
-    return [(new, note) for new, note in out if _valid(task, turn, new)]
+    schema = _visible(task, turn).get(call.name)
+    return [(new, note) for new, note in out if _valid(task, turn, new) and calls_equivalent(call, new, schema)]
 
 
 def perturb(task: Task, kind: str, rng: random.Random) -> Perturbation | None:

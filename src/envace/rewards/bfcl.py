@@ -3,11 +3,13 @@
 * :func:`bfcl_single_turn` — bfcl-eval's own ``ast_checker`` on the episode's calls (the official
   single-turn score); irrelevance categories succeed with no call, ``live_relevance`` with any call.
 * :func:`bfcl_multi_turn` — an env-free proxy of the multi-turn score: per user turn, the gold calls
-  must appear in order among the turn's calls (a subsequence; order is kept within each API class,
-  as calls on different classes commute), with equal names and equivalent arguments
-  (:func:`calls_equivalent`). The official multi-turn checker compares environment states and needs
-  the environment; the validation loop runs it, the training reward does not. Its agreement with
-  the official checker is measured by ``scripts/reward_agreement.py`` (``docs/rewards.md``).
+  must appear among the turn's calls with equal names and equivalent arguments
+  (:func:`calls_equivalent`), in the gold's order wherever the order can matter (two calls on one
+  API class that do not commute, by the static per-tool table :mod:`envace.rewards.bfcl_effects`),
+  and no call of a non-idempotent tool may be repeated beyond the gold. The official multi-turn
+  checker compares environment states and needs the environment; the validation loop runs it, the
+  training reward does not. Its agreement with the official checker is measured by
+  ``scripts/reward_agreement.py`` (``docs/rewards.md``).
 
 The calls of an episode are the ``tool_calls`` of its assistant messages (``traj.calls`` when no
 message carries any). Multi-turn turns are delimited by user messages: the rollout writes one user
@@ -18,11 +20,13 @@ BFCL source gives them a text), and calls before the first user message count fo
 from __future__ import annotations
 
 import json
+from collections import Counter
 from functools import cache
 from typing import Any
 
 from envace._bfcl import bfcl_data_dir, bfcl_module
 from envace.rewards.base import RewardOutput
+from envace.rewards.bfcl_effects import non_idempotent, ordered, reads, writes
 from envace.types import Message, Task, ToolCall, ToolSchema, Trajectory
 
 _MISSING = object()
@@ -136,38 +140,49 @@ def bfcl_single_turn(task: Task, traj: Trajectory) -> RewardOutput:
 # --------------------------------------------------------------------------- multi turn
 
 
-def normalise(value: Any) -> Any:
+def normalise(value: Any, prop: dict[str, Any] | None = None) -> Any:
     """A value in a form where JSON-equivalent values compare equal: numbers as floats (1 == 1.0),
     tuples as lists, booleans kept apart from numbers (``True != 1``), dict keys as strings.
 
+    ``prop`` is the value's JSON-Schema property, when known. A float where it declares an
+    ``integer`` (also inside ``items`` and ``properties``) stays apart from every int, as in
+    bfcl-eval's ``ast_checker``, which accepts an int for a ``float`` but not a float for an
+    ``integer``: the API stores and echoes ``4.0``, not ``4``.
+
     >>> normalise((1, {"a": 2.0})) == normalise([1.0, {"a": 2}]), normalise(True) == normalise(1)
     (True, False)
+    >>> normalise(4.0, {"type": "integer"}) == normalise(4, {"type": "integer"}), normalise(4, {"type": "float"})
+    (False, 4.0)
     """
+    prop = prop if isinstance(prop, dict) else {}
     if isinstance(value, bool):
         return ("__bool__", value)
+    if isinstance(value, float) and prop.get("type") == "integer":
+        return ("__float_for_integer__", value)
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, list | tuple):
-        return [normalise(v) for v in value]
+        return [normalise(v, prop.get("items")) for v in value]
     if isinstance(value, dict):
-        return {str(k): normalise(v) for k, v in value.items()}
+        props = prop.get("properties") or {}
+        return {str(k): normalise(v, props.get(k)) for k, v in value.items()}
     return value
 
 
-def _defaults(schema: ToolSchema | None) -> dict[str, Any]:
+def _properties(schema: ToolSchema | None) -> dict[str, Any]:
     fn = (schema or {}).get("function", schema or {})
-    props = (fn.get("parameters") or {}).get("properties") or {}
-    return {k: p["default"] for k, p in props.items() if isinstance(p, dict) and "default" in p}
+    return dict((fn.get("parameters") or {}).get("properties") or {})
 
 
-def _equals_default(value: Any, default: Any) -> bool:
-    if normalise(value) == normalise(default):
+def _equals_default(value: Any, default: Any, prop: dict[str, Any]) -> bool:
+    if normalise(value, prop) == normalise(default, prop):
         return True
     return value is None and default == "None"  # BFCL docs write a None default as the string "None"
 
 
 def calls_equivalent(gold: ToolCall, call: ToolCall, schema: ToolSchema | None = None) -> bool:
-    """Same name, and every argument equal after :func:`normalise`.
+    """Same name, and every argument equal after :func:`normalise` (typed by the tool's schema:
+    ``4.0`` for an ``integer`` is not ``4``; ``4`` for a ``float`` is ``4.0``).
 
     An argument present on one side only passes when the tool's schema declares a ``default`` and
     the present value equals it (BFCL's string default ``"None"`` also equals ``null``): writing
@@ -178,17 +193,24 @@ def calls_equivalent(gold: ToolCall, call: ToolCall, schema: ToolSchema | None =
     True
     >>> calls_equivalent(ToolCall("ls", {"a": True}), ToolCall("ls", {}), s)
     False
+    >>> n = {"name": "f", "parameters": {"properties": {"i": {"type": "integer"}, "x": {"type": "float"}}}}
+    >>> calls_equivalent(ToolCall("f", {"i": 4, "x": 2.0}), ToolCall("f", {"i": 4, "x": 2}), n)
+    True
+    >>> calls_equivalent(ToolCall("f", {"i": 4, "x": 2.0}), ToolCall("f", {"i": 4.0, "x": 2.0}), n)
+    False
     """
     if gold.name != call.name:
         return False
-    defaults = _defaults(schema)
+    props = _properties(schema)
     for key in set(gold.arguments) | set(call.arguments):
         g, c = gold.arguments.get(key, _MISSING), call.arguments.get(key, _MISSING)
+        found = props.get(key)
+        prop: dict[str, Any] = found if isinstance(found, dict) else {}
         if g is _MISSING or c is _MISSING:
             present = c if g is _MISSING else g
-            if key not in defaults or not _equals_default(present, defaults[key]):
+            if "default" not in prop or not _equals_default(present, prop["default"], prop):
                 return False
-        elif normalise(g) != normalise(c):
+        elif normalise(g, prop) != normalise(c, prop):
             return False
     return True
 
@@ -204,34 +226,72 @@ def tool_classes(classes: tuple[str, ...]) -> dict[str, str]:
     return owner
 
 
-def _subsequence(gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema]) -> bool:
-    """Gold calls form an ordered subsequence of ``calls`` (greedy earliest match is exact)."""
-    i = 0
-    for call in calls:
-        if i < len(gold) and calls_equivalent(gold[i], call, schemas.get(gold[i].name)):
-            i += 1
-    return i == len(gold)
+def _embeds(gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema], owner: dict[str, str]) -> bool:
+    """Each gold call is matched to its own equivalent call, and two gold calls whose order can matter
+    (same API class, :func:`~envace.rewards.bfcl_effects.ordered`) are matched in the gold's order.
+
+    Gold calls are placed in order, each at the earliest free equivalent call after its ordered
+    predecessors; this greedy choice is exact (an earlier place only relaxes later bounds, and gold
+    calls that compete for one call are the same call, with the same order constraints).
+    """
+    used: set[int] = set()
+    places: list[int] = []
+    for j, g in enumerate(gold):
+        cls = owner.get(g.name, "")
+        low = max((places[i] + 1 for i in range(j) if _ordered(cls, owner, gold[i].name, g.name)), default=0)
+        schema = schemas.get(g.name)
+        at = next((k for k in range(low, len(calls)) if k not in used and calls_equivalent(g, calls[k], schema)), None)
+        if at is None:
+            return False
+        used.add(at)
+        places.append(at)
+    return True
+
+
+def _ordered(cls: str, owner: dict[str, str], a: str, b: str) -> bool:
+    return owner.get(a, "") == cls and ordered(cls, a, b)
+
+
+def _repeats(calls: list[ToolCall], schemas: dict[str, ToolSchema], owner: dict[str, str]) -> Counter[str]:
+    """Per tool, the calls of a non-idempotent tool that repeat an earlier equivalent call with nothing
+    in between that writes what the tool reads (after such a call, a repeat may be a retry)."""
+    out: Counter[str] = Counter()
+    for j, call in enumerate(calls):
+        cls = owner.get(call.name, "")
+        if not non_idempotent(cls, call.name):
+            continue
+        inputs = reads(cls, call.name) or frozenset()
+        for before in reversed(calls[:j]):
+            if calls_equivalent(before, call, schemas.get(call.name)):
+                out[call.name] += 1
+                break
+            changed = writes(cls, before.name) if owner.get(before.name, "") == cls else frozenset()
+            if changed is None or changed & inputs:
+                break
+    return out
 
 
 def _turn_passes(
     gold: list[ToolCall], calls: list[ToolCall], schemas: dict[str, ToolSchema], owner: dict[str, str] | None = None
 ) -> bool:
-    """For each API class (``owner``: tool name -> class), the turn's gold calls on it form an ordered
-    subsequence of the calls on it: calls on different classes act on separate instances, so their
-    relative order cannot matter. An empty gold turn passes only without calls."""
+    """The gold calls are embedded in the turn's calls (:func:`_embeds`: order kept only where it can
+    matter), and no call of a non-idempotent tool is repeated more often than the gold repeats it
+    (:func:`_repeats`: a second order or booking is not harmless). An empty gold turn passes only
+    without calls. ``owner`` maps tool names to API classes; tools without one keep the gold order.
+    """
     if not gold:
         return not calls
     owner = owner or {}
-
-    def on(k: str, cs: list[ToolCall]) -> list[ToolCall]:
-        return [c for c in cs if owner.get(c.name, "") == k]
-
-    return all(_subsequence(on(k, gold), on(k, calls), schemas) for k in {owner.get(g.name, "") for g in gold})
+    if not _embeds(gold, calls, schemas, owner):
+        return False
+    allowed = _repeats(gold, schemas, owner)
+    return all(n <= allowed[name] for name, n in _repeats(calls, schemas, owner).items())
 
 
 def bfcl_multi_turn(task: Task, traj: Trajectory) -> RewardOutput:
-    """Mean over user turns of "the turn's gold calls appear in order among its calls" (order
-    within each API class of ``task.env["involved_classes"]``; see :func:`_turn_passes`).
+    """Mean over user turns of "the turn's gold calls appear among its calls, in the gold's order
+    where it can matter, and no side effect is repeated" (:func:`_turn_passes`; API classes from
+    ``task.env["involved_classes"]``).
 
     ``details["turns"]`` holds the per-turn flags; ``success`` is True when every turn passes.
     Turns the episode never reached (fewer user messages than ``task.gold``) fail; user messages
