@@ -128,3 +128,13 @@ def test_bm25_stand_in_scores_as_rank_bm25() -> None:
     kv.core_memory = {"user_first_name": "Michael", "favourite_drink": "latte"}
     ranked = kv.core_memory_key_search("first name")["ranked_results"]
     assert [key for _, key in ranked] == ["user_first_name", "favourite_drink"]
+
+
+def test_a_model_runs_the_memory_pipeline() -> None:
+    # the random tiny model: 5 notetaker prerequisite conversations, then one question, calls validated
+    limits = RolloutLimits(max_steps_per_turn=1, max_new_tokens=8, max_episode_tokens=100_000)
+    tasks = TaskFilter(categories=["memory_rec_sum"], task_ids=["memory_rec_sum_130-notetaker-0"])
+    result = evaluate("bfcl", "tiny", tasks=tasks, limits=limits, out=None, quiet=True)
+    (item,) = result.items
+    assert item.category == "memory_rec_sum" and item.score == 0.0
+    assert item.details["error_type"] in {"agentic:no_last_message", "agentic:answer_not_found"}
