@@ -4,7 +4,7 @@
 
     .venv/bin/python scripts/reward_agreement.py --out runs/reward_agreement.json
     .venv/bin/python scripts/reward_agreement.py --model_tasks 0          # scripted episodes only (seconds)
-    .venv/bin/python scripts/reward_agreement.py --probes true            # add the empty-turn probe
+    .venv/bin/python scripts/reward_agreement.py --probes true            # add the probes (docs/rewards.md)
 
 Episodes: (a) for ``per_category`` tasks of each BFCL multi-turn category and each perturbation kind
 (:data:`envace.rewards.agreement.KINDS`), the gold with one perturbation, written by a scripted engine
@@ -102,7 +102,7 @@ def main(
     Args:
         per_category: scripted episodes per perturbation kind and category (each on its own task).
         seed: seeds the task draw, the perturbation picks and the model's sampling.
-        probes: also run :data:`~envace.rewards.agreement.PROBES` (a known, documented difference).
+        probes: also run :data:`~envace.rewards.agreement.PROBES` (known, documented differences).
         model_tasks: tasks the packaged SmolLM2 attempts (0: scripted episodes only).
         group_size: SmolLM2 episodes per task.
         max_user_turns: SmolLM2 tasks are cut to their first turns (gold and checker ground truth alike).
