@@ -111,3 +111,25 @@ def test_sampling_ignores_the_callers_autocast(tiny_model) -> None:
         s = engine.generate([prompt], 5)[0]
     fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
     torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)  # fp32, not bf16 noise
+
+
+def test_temperature_zero_decodes_greedily_and_decoding_restores_the_temperature(tiny_model) -> None:
+    torch.manual_seed(0)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=SamplingConfig(temperature=1.0))
+    prompt = torch.randint(10, 1000, (12,)).tolist()
+    with engine.decoding(0.0):
+        assert engine.sampling.temperature == 0.0
+        a = engine.generate([prompt], 6)[0]
+        engine.reset_cache()
+        b = engine.generate([prompt, prompt], 6)
+    assert engine.sampling.temperature == 1.0
+    assert a.ids == b[0].ids == b[1].ids  # greedy: every row and every call writes the same tokens
+    ids = prompt
+    for token in a.ids:  # each token is the argmax of a fresh forward; its log-prob is at temperature 1
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([ids])).logits[0, -1].float()
+        assert token == int(logits.argmax())
+        ids = ids + [token]
+    torch.testing.assert_close(
+        torch.tensor(a.logprobs), _fresh_logprobs(tiny_model, ids, len(a.ids)), atol=1e-4, rtol=0
+    )

@@ -141,6 +141,9 @@ class PolicyModule(pl.LightningModule):
         sampling: how the policy samples.
         rehearse_tokens: most tokens of one rehearsed tool response.
         val_group_size: episodes per validation task.
+        val_temperature: sampling temperature of validation episodes; ``0`` (default) decodes
+            greedily, so validation figures move with the weights, not with sampling noise; ``None``
+            keeps the training temperature.
         val_gold_fidelity: in validation, also measure fidelity on the gold calls (the oracle acts,
             the policy rehearses), which does not depend on what the policy chooses to call.
         share_prefix: in the loss forward, run the context prefix the batch's episodes share (a group's
@@ -160,6 +163,7 @@ class PolicyModule(pl.LightningModule):
         sampling: SamplingConfig | None = None,
         rehearse_tokens: int = 128,
         val_group_size: int = 1,
+        val_temperature: float | None = 0.0,
         val_gold_fidelity: bool = True,
         share_prefix: bool = True,
         sft_loss: RoleNLLLoss | None = None,
@@ -172,6 +176,7 @@ class PolicyModule(pl.LightningModule):
         self.sampling = sampling or SamplingConfig()
         self.rehearse_tokens = rehearse_tokens
         self.val_group_size = val_group_size
+        self.val_temperature = val_temperature
         self.share_prefix = share_prefix
         self.val_gold_fidelity = val_gold_fidelity
         self.sft_loss = sft_loss or RoleNLLLoss()
@@ -258,11 +263,13 @@ class PolicyModule(pl.LightningModule):
         """
         if not batch.tasks:
             return None
-        ro = self.run_episodes(batch.tasks, self.val_group_size, PolicyRehearsal(self.rehearse_tokens), lockstep=True)
-        episodes = ro.episodes  # type: ignore[attr-defined]
-        out = {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
-        if self.val_gold_fidelity:
-            out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
+        with self.engine.decoding(self.val_temperature):
+            responder = PolicyRehearsal(self.rehearse_tokens)
+            ro = self.run_episodes(batch.tasks, self.val_group_size, responder, lockstep=True)
+            episodes = ro.episodes  # type: ignore[attr-defined]
+            out = {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
+            if self.val_gold_fidelity:
+                out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
         return out
 
     def gold_rehearsals(self, tasks: list[Task]) -> list[Any]:

@@ -19,8 +19,11 @@ update): on CPUs with ``avx512_bf16``/AMX its matmuls are several times faster t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,7 +42,7 @@ class SamplingConfig:
 
     Args:
         temperature: softmax temperature; the recorded log-probs use the same temperature, and so
-            must the loss.
+            must the loss. ``0`` decodes greedily (the most likely token; log-probs at temperature 1).
         top_p: nucleus sampling mass (1.0 = off).
         top_k: top-k sampling (0 = off).
         batch_size: most prompts generated together in one call (micro-batches beyond it).
@@ -227,6 +230,18 @@ class GenerationEngine:
                     mine.copy_(theirs)
         self._copy_stale = False
         return self._copy
+
+    @contextmanager
+    def decoding(self, temperature: float | None) -> Iterator[None]:
+        """Sample at ``temperature`` inside the block (``None``: unchanged), e.g. greedy validation
+        episodes between stochastic training rollouts; the cached keys and values stay valid."""
+        saved = self.sampling
+        if temperature is not None:
+            self.sampling = dataclasses.replace(saved, temperature=temperature)
+        try:
+            yield
+        finally:
+            self.sampling = saved
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, episodes: Any = None) -> list[Sample]:
@@ -435,6 +450,9 @@ class GenerationEngine:
     def _draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row from ``logits [rows, vocab]`` (temperature, top-k, top-p as HF applies
         them), and its log-prob under the temperature-scaled distribution."""
+        if self.sampling.temperature == 0:
+            token = logits.argmax(dim=-1)
+            return token, torch.log_softmax(logits, dim=-1).gather(1, token[:, None]).squeeze(1)
         scores = logits / self.sampling.temperature
         logp = torch.log_softmax(scores, dim=-1)
         if self.sampling.top_k:
