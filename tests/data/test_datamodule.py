@@ -122,13 +122,14 @@ def test_transfer_moves_sft_tensors_and_keeps_tasks(dm: EnvACEDataModule) -> Non
     assert dm.transfer_batch_to_device(StepBatch(batch.tasks), torch.device("meta"), 0).sft is None
 
 
-def test_val_loader_is_deterministic_in_source_order(tokenizer) -> None:
+def test_val_loader_is_deterministic_and_spread_over_the_source(tokenizer) -> None:
     val = [{"name": "bfcl-multi-turn", "split": "test", "options": {"categories": ["multi_turn_base"]}}]
     dm = make(tokenizer, val_sources=val, val_tasks=7, tasks_per_step=3, warm_start=False, limit=3)
     batches = list(dm.val_dataloader())
     assert ids(batches) == ids(list(dm.val_dataloader()))
     assert [len(b.tasks) for b in batches] == [3, 3, 1] and all(b.sft is None for b in batches)
-    expected = [t.id for t in load_source("bfcl-multi-turn", "test", categories=["multi_turn_base"])[:7]]
+    source = load_source("bfcl-multi-turn", "test", categories=["multi_turn_base"])
+    expected = [source[(i * len(source)) // 7].id for i in range(7)]  # evenly spaced, in source order
     assert [i for step in ids(batches) for i in step] == expected
 
 

@@ -142,6 +142,18 @@ def _permutation_stream(n: int, count: int, gen: torch.Generator) -> list[int]:
     return out[:count]
 
 
+def spread(items: list[Task], count: int) -> list[Task]:
+    """``count`` items evenly spaced over ``items``, in order (all of them when there are fewer).
+
+    >>> [t.id for t in spread([Task(str(i), "x") for i in range(10)], 4)]
+    ['0', '2', '5', '7']
+    """
+    n = len(items)
+    if count >= n:
+        return list(items)
+    return [items[(i * n) // count] for i in range(count)]
+
+
 class StepSampler(Sampler[StepKey]):
     """The steps of one epoch: ``ceil(n_tasks / tasks_per_step)`` keys, each ``(task indices, episode
     indices)``, drawn from a permutation seeded by ``(seed, epoch)``; the last step wraps around to
@@ -232,7 +244,9 @@ class EnvACEDataModule(pl.LightningDataModule):
         sft_batch_size: grounded episodes in one training batch.
         warm_start: ground the training tasks and give each training batch grounded episodes.
         max_sft_tokens: drop grounded episodes longer than this many tokens.
-        val_tasks: use at most this many validation tasks (the first ones, in source order).
+        val_tasks: use at most this many validation tasks, spread evenly over the (length-filtered)
+            validation set in source order, so that a few tasks still cover its categories and
+            API classes rather than the first scenario family.
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
         seed: seed of the per-epoch order of tasks and grounded episodes.
         num_workers: DataLoader worker processes.
@@ -315,7 +329,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         if max_tokens is not None:
             tasks = [t for t in tasks if self.prompt_tokens(t) <= max_tokens]
         self.counts[f"{split}_filtered_by_length"] = self.counts[f"{split}_loaded"] - len(tasks)
-        tasks = tasks[:cap] if cap is not None else tasks
+        if cap is not None:
+            tasks = spread(tasks, cap) if split == "val" else tasks[:cap]
         self.counts[f"{split}_tasks"] = len(tasks)
         return tasks
 
