@@ -72,8 +72,20 @@ def _own_description(desc: str) -> str:
     return desc
 
 
+def _returns(fn: dict[str, Any]) -> str:
+    """The keys of a tool's documented response, as BFCL's docs give them: the part of
+    the contract the rehearsing policy must write, so the compact line keeps it."""
+    response = fn.get("response")
+    props = response.get("properties") if isinstance(response, dict) else None
+    if not isinstance(props, dict) or not props:
+        return ""
+    keys = list(props)
+    return f" -> {{{', '.join(keys)}}}"
+
+
 def compact_tool(tool: ToolSchema) -> str:
-    """One line per tool: signature plus the first sentence of its description (DESIGN.md §7).
+    """One line per tool: signature, documented response keys, and the first sentence of its
+    description (DESIGN.md §7).
 
     >>> compact_tool({"name": "cd", "description": "Change dir. Long text.",
     ...               "parameters": {"properties": {"folder": {"type": "string"}}, "required": ["folder"]}})
@@ -83,6 +95,9 @@ def compact_tool(tool: ToolSchema) -> str:
     'ls() - List the files.'
     >>> compact_tool({"name": "x", "description": "This tool belongs to the Gorilla file system. It moves files."})
     'x() - It moves files.'
+    >>> compact_tool({"name": "pwd", "description": "Print the directory.", "response": {"type": "dict",
+    ...               "properties": {"current_working_directory": {"type": "string"}}}})
+    'pwd() -> {current_working_directory} - Print the directory.'
     """
     fn = _function(tool)
     params = fn.get("parameters") or {}
@@ -93,7 +108,7 @@ def compact_tool(tool: ToolSchema) -> str:
         args.append(f"{name}{'' if name in required else '?'}: {typ}")
     desc = _own_description((fn.get("description") or "").strip())
     first = desc.split(". ")[0].rstrip(".") + "." if desc else ""
-    return f"{fn['name']}({', '.join(args)}) - {first}".rstrip(" -")
+    return f"{fn['name']}({', '.join(args)}){_returns(fn)} - {first}".rstrip(" -")
 
 
 def tool_block(tools: list[ToolSchema], style: ToolStyle = "json") -> str:
