@@ -31,6 +31,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="tiny model and small sizes (seconds, for tests)")
     parser.add_argument("--model", default=None, help="policy to measure (default: smollm2-135m; tiny with --quick)")
+    parser.add_argument(
+        "--checkpoint", default=None,
+        help="a Lightning checkpoint of --model (e.g. after `make fit`): its weights (LoRA merged) are measured; "
+        "the rollout figures depend on what the policy writes",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the reference peak uses the same)")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
     args = parser.parse_args(argv)
@@ -86,6 +91,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peaks = [measure_peak(sizes.peak_sizes)]
     _log("peak", peaks[0])
     module = common.make_module(model) if {"training", "rollout", "layout"} & set(args.sections) else None
+    if module is not None and args.checkpoint:
+        module.policy = common.trained_policy(model, args.checkpoint)
+        result["checkpoint"] = args.checkpoint
     if "training" in args.sections:
         from envace.bench.training import bench_training
 

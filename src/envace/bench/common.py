@@ -117,5 +117,15 @@ def make_module(model: str, group_size: int = 4, **kwargs: Any) -> Any:
     return module
 
 
+def trained_policy(model: str, checkpoint: str) -> Any:
+    """The policy of a Lightning checkpoint of ``model``, LoRA adapters merged into the weights, so
+    that it is measured exactly as the packaged model is (fp32, full fine-tuning)."""
+    from envace.policy import PolicySpec, load_checkpoint
+
+    policy = load_checkpoint(PolicySpec(model), checkpoint)
+    merged = policy.merge_and_unload() if hasattr(policy, "merge_and_unload") else policy
+    return merged.requires_grad_(True)
+
+
 def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
