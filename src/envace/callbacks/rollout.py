@@ -9,6 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from envace.rewards.base import RewardOutput
+from envace.rewards.toolf1 import tool_f1
 from envace.rollout.loop import Episode, RolloutStats
 from envace.types import ROLE_IDS
 
@@ -35,6 +36,27 @@ def reward_metrics(episodes: list[Episode], rewards: list[RewardOutput], prefix:
         out[f"success/{prefix}{bench}"] = sum(r.success for r in rs) / len(rs)
     out[f"reward/{prefix}masked"] = float(sum(r.masked for r in rewards))
     return out
+
+
+def act_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
+    """How close the act role comes to the gold, below all-or-nothing success: the mean tool-name F1
+    (:func:`~envace.rewards.toolf1.tool_f1`) of the calls an episode made against its task's gold
+    calls, over episodes whose task has gold, per benchmark and over all.
+
+    >>> from envace.types import CallRecord, Task, ToolCall
+    >>> from types import SimpleNamespace as NS
+    >>> gold = [[ToolCall("cd", {"folder": "a"}), ToolCall("ls")]]
+    >>> ep = NS(task=Task("t", "bfcl", gold=gold), trajectory=lambda: NS(calls=[CallRecord(ToolCall("ls"), {})]))
+    >>> act_metrics([ep], prefix="val_")  # 1 of 2 gold names called, 1 of 1 calls right: F1 = 2/3
+    {'act/val_tool_f1/bfcl': 0.6666666666666666, 'act/val_tool_f1/all': 0.6666666666666666}
+    """
+    by: dict[str, list[float]] = defaultdict(list)
+    for ep in episodes:
+        if any(ep.task.gold):
+            f1 = tool_f1(ep.task, ep.trajectory()).score or 0.0
+            by[ep.task.benchmark].append(f1)
+            by["all"].append(f1)
+    return {f"act/{prefix}tool_f1/{b}": sum(v) / len(v) for b, v in sorted(by.items(), key=lambda kv: kv[0] == "all")}
 
 
 def group_metrics(episodes: list[Episode], rewards: list[RewardOutput]) -> dict[str, float]:
@@ -92,7 +114,7 @@ def transcript(episode: Episode, max_chars: int = 6000) -> str:
 
 
 class RolloutLogger(pl.Callback):
-    """Logs ``reward/*``, ``success/*``, ``rollout/*`` after each RL step and validation epoch."""
+    """Logs ``reward/*``, ``success/*``, ``act/*``, ``rollout/*`` after each RL step and validation epoch."""
 
     def __init__(self) -> None:
         self._val: list[tuple[Episode, RewardOutput]] = []
@@ -103,6 +125,7 @@ class RolloutLogger(pl.Callback):
             return
         scalars = reward_metrics(outputs["episodes"], outputs["rewards"])
         scalars |= group_metrics(outputs["episodes"], outputs["rewards"])
+        scalars |= act_metrics(outputs["episodes"])
         scalars |= rollout_metrics(outputs["rollout"])
         pl_module.log_dict(scalars, batch_size=len(outputs["episodes"]))
 
@@ -115,9 +138,8 @@ class RolloutLogger(pl.Callback):
         if not self._val:
             return
         episodes, rewards = zip(*self._val, strict=True)
-        pl_module.log_dict(
-            reward_metrics(list(episodes), list(rewards), prefix="val_"), batch_size=len(episodes), sync_dist=True
-        )
+        scalars = reward_metrics(list(episodes), list(rewards), prefix="val_") | act_metrics(list(episodes), "val_")
+        pl_module.log_dict(scalars, batch_size=len(episodes), sync_dist=True)
         if not trainer.sanity_checking:
             experiment: Any = getattr(trainer.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
