@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envace._bfcl import BM25Plus, bfcl_module
+from envace._bfcl import bfcl_module
 from envace.evaluation import TaskFilter, evaluate
 from envace.evaluation.bfcl import TrustedEnvironment, overall
 from envace.evaluation.bfcl_memory import (
@@ -120,10 +120,7 @@ def test_overall_counts_memory_as_bfcl_does() -> None:
     assert overall(scores, evaluated_only=True) == pytest.approx({"agentic": 0.75, "overall": 0.75})
 
 
-def test_bm25_stand_in_scores_as_rank_bm25() -> None:
-    # idf(a) = ln 3; avgdl = 1.5; doc 0: ln 3 * (1 + 2.5 / (1.5 * (0.25 + 0.75 * 2 / 1.5) + 1)) = 2.0539;
-    # doc 1 has no "a" and still gets idf * delta = ln 3 (BM25+)
-    assert BM25Plus([["a", "b"], ["b"]]).get_scores(["a"]) == pytest.approx([2.05393, 1.09861], abs=1e-5)
+def test_memory_key_search_ranks_with_bm25() -> None:
     kv = bfcl_module("eval_checker.multi_turn_eval.func_source_code.memory_kv").MemoryAPI_kv()
     kv.core_memory = {"user_first_name": "Michael", "favourite_drink": "latte"}
     ranked = kv.core_memory_key_search("first name")["ranked_results"]
