@@ -144,3 +144,12 @@ def test_required_parameter_whose_only_answer_is_empty_gets_the_empty_string() -
     # left out, the required parameter is missing; the city the user names ("LA") is not in the answer
     assert _verdict(t, lambda a: {k: v for k, v in a.items() if k != "origin_airport"})[0] is False
     assert _verdict(t, lambda a: {**a, "origin_airport": "LA"}) == (False, "value_error:string")
+
+
+def test_notes_name_each_category_that_did_not_run_once() -> None:
+    from envace.evaluation.bfcl import BFCLBenchmark
+
+    notes = BFCLBenchmark(TaskFilter(categories=["multi_turn_base"])).notes()
+    skipped = next(n for n in notes if n.startswith("not selected")).split(": ", 1)[1].split(", ")
+    assert len(skipped) == len(set(skipped)) and {"memory_kv", "memory_rec_sum"} <= set(skipped)
+    assert "multi_turn_base" not in skipped

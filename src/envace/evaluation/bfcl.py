@@ -256,7 +256,7 @@ class BFCLBenchmark(Benchmark):
 
     def notes(self) -> list[str]:
         ran = set(self.filter.categories or OFFLINE_CATEGORIES)
-        not_run = [c for c in (*OFFLINE_CATEGORIES, *AGENTIC) if c not in ran]
+        not_run = [c for c in dict.fromkeys((*OFFLINE_CATEGORIES, *AGENTIC)) if c not in ran]  # memory is in both
         lines = ["BFCL Overall is PARTIAL: weights 10/10/10/30/40 (non-live, live, irrelevance, multi-turn, agentic) "
                  "as bfcl-eval; categories that did not run count 0 in [overall_partial] and are left out of "
                  "[overall_evaluated] (weights re-normalised)."]  # fmt: skip
