@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from envace._bfcl import bfcl_data_dir, bfcl_module
-from envace.data.sources.bfcl import read_jsonl
+from envace.data.sources.bfcl import read_jsonl, user_text
 from envace.envs.bfcl import load_instance
 from envace.protocol import render_calls
 from envace.rewards.base import RewardOutput
@@ -54,10 +54,6 @@ def _root(path: str | None) -> Path:
 def _docs(root: Path, backend: str) -> list[ToolSchema]:
     mapping = bfcl_module("constants.executable_backend_config").MULTI_TURN_FUNC_DOC_FILE_MAPPING
     return [rec for _, rec in read_jsonl(root / "multi_turn_func_doc" / mapping[backend])]
-
-
-def _user_text(turn: list[dict[str, str]]) -> str:
-    return "\n\n".join(m["content"] for m in turn if m["role"] == "user")
 
 
 def _env(category: str, backend: str, task_id: str, scenario: str) -> dict[str, Any]:
@@ -94,7 +90,7 @@ def load_questions(categories: list[str], path: str | None = None) -> list[Task]
                     benchmark="bfcl",
                     category=category,
                     tools=docs,
-                    user_turns=[_user_text(turn) for turn in rec["question"]],
+                    user_turns=[user_text(turn) for turn in rec["question"]],
                     env=_env(category, backend, task_id, rec["scenario"]),
                     extra={
                         "ground_truth": answer["ground_truth"],
@@ -158,7 +154,7 @@ def prerequisites(category: str, scenario: str, questions: list[Task], path: str
     chain = []
     for _, rec in read_jsonl(root / "memory_prereq_conversation" / f"memory_{scenario}.json"):
         task_id = rec["id"].replace("memory", category)
-        turns = [_user_text(turn) for turn in rec["question"]]
+        turns = [user_text(turn) for turn in rec["question"]]
         chain.append(
             Task(
                 id=task_id,

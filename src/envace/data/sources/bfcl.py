@@ -200,7 +200,7 @@ def _single_turn_tasks(root: Path, category: str, language_hints: bool) -> list[
                 category=category,
                 tools=functions,
                 system_prompt="\n\n".join(m["content"] for m in messages[0] if m["role"] == "system"),
-                user_turns=[_user_text(messages[0])],
+                user_turns=[user_text(messages[0])],
                 extra={
                     "possible_answer": None if answers is None else answers[task_id],
                     "language": language,
@@ -249,7 +249,7 @@ def _messages(question: list[Any], file: Path, line: int) -> list[list[dict[str,
     return question
 
 
-def _user_text(turn: list[dict[str, str]]) -> str:
+def user_text(turn: list[dict[str, str]]) -> str:
     """One user turn's text: its user messages joined by a blank line (BFCL turns hold one)."""
     return "\n\n".join(m["content"] for m in turn if m["role"] == "user")
 
@@ -314,7 +314,7 @@ def _multi_turn_task(
     for i, turn in enumerate(question):
         if not turn and str(i) not in missed:
             raise RecordError(file, n, f"question[{i}]", "empty turn without a missed_function")
-        user_turns.append(_user_text(turn) if turn else ADDED_FUNCTIONS_PROMPT)
+        user_turns.append(user_text(turn) if turn else ADDED_FUNCTIONS_PROMPT)
     task = Task(
         id=task_id, benchmark="bfcl", category=category, tools=tools, user_turns=user_turns, tools_added=tools_added
     )
