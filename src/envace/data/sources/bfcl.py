@@ -41,11 +41,14 @@ MULTI_TURN_CATEGORIES = (
     "multi_turn_miss_param",
     "multi_turn_long_context",
 )
-# Multi-turn split by involved API classes: a task is in "train" when all its classes are here.
-# 89 of the 200 scenarios (x 4 categories = 356 tasks, 44.5 %); GorillaFileSystem, TicketAPI and
-# TravelAPI are never seen in training (docs/data.md).
+# Multi-turn split by involved API classes: a scenario is a training-class scenario when all its
+# classes are here: 89 of the 200 scenarios (x 4 categories = 356 tasks, 44.5 %). GorillaFileSystem,
+# TicketAPI and TravelAPI are never seen in training ("test"). Of the training-class scenarios, those
+# whose index is VAL_RESIDUE modulo VAL_MODULUS (13 scenarios, 52 tasks, seven class sets) are held
+# out as "val": unseen requests on the tools training shows (docs/data.md).
 TRAIN_CLASSES = frozenset({"MathAPI", "MessageAPI", "TradingBot", "TwitterAPI", "VehicleControlAPI"})
-SPLITS = ("train", "test", "all")
+VAL_MODULUS, VAL_RESIDUE = 8, 3
+SPLITS = ("train", "val", "test", "all")
 # What bfcl-eval's FC inference says at a ``missed_function`` turn (its question is empty).
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
@@ -255,8 +258,24 @@ def user_text(turn: list[dict[str, str]]) -> str:
 
 
 def in_train_split(involved_classes: list[str]) -> bool:
-    """True when every involved class is a :data:`TRAIN_CLASSES` class."""
+    """True when every involved class is a :data:`TRAIN_CLASSES` class (the scenario is in ``train``
+    or ``val``)."""
     return set(involved_classes) <= TRAIN_CLASSES
+
+
+def split_of(task_id: str, involved_classes: list[str]) -> str:
+    """The split of a multi-turn task: ``test`` when it involves a held-out class, else ``val`` for
+    one training-class scenario in :data:`VAL_MODULUS` (by the scenario index that ends the id,
+    shared by the four categories), else ``train``.
+
+    >>> split_of("multi_turn_base_3", ["TradingBot"]), split_of("multi_turn_base_4", ["TradingBot"])
+    ('val', 'train')
+    >>> split_of("multi_turn_miss_func_3", ["GorillaFileSystem"])
+    'test'
+    """
+    if not in_train_split(involved_classes):
+        return "test"
+    return "val" if int(task_id.rsplit("_", 1)[1]) % VAL_MODULUS == VAL_RESIDUE else "train"
 
 
 def _class_docs(root: Path, class_name: str, cache: dict[str, list[ToolSchema]]) -> list[ToolSchema]:
@@ -330,7 +349,7 @@ def _multi_turn_task(
         "ground_truth": gold,
         "path": rec.get("path", []),
         "excluded_function": rec.get("excluded_function", []),
-        "split": "train" if in_train_split(classes) else "test",
+        "split": split_of(task_id, classes),
     }
     return task
 
@@ -355,8 +374,9 @@ def load_multi_turn(split: str = "all", path: str | None = None, categories: lis
     """Load BFCL-v4 multi-turn tasks (base, miss_func, miss_param, long_context; 800 in all).
 
     Args:
-        split: ``train`` (all involved classes in :data:`TRAIN_CLASSES`), ``test`` (the rest) or
-            ``all`` (the full official set).
+        split: ``train`` (all involved classes in :data:`TRAIN_CLASSES`, less the ``val``
+            scenarios), ``val`` (held-out scenarios of those classes), ``test`` (the rest: a
+            held-out class is involved) or ``all`` (the full official set); see :func:`split_of`.
         path: a folder laid out like bfcl-eval's ``data/``; default: the installed wheel's.
         categories: a subset of :data:`MULTI_TURN_CATEGORIES`; default: all four.
     """
