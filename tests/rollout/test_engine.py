@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from envace.policy import LoraSpec, apply_lora
 from envace.rollout import GenerationEngine, SamplingConfig
-from envace.rollout.engine import GrowingLayer
+from envace.rollout.engine import GrowingLayer, PackedLinear
 
 
 def _fresh_logprobs(model, ids: list[int], n: int) -> torch.Tensor:
@@ -57,7 +58,8 @@ def test_a_row_continues_from_its_kept_keys_and_values(tiny_model, reuse: bool) 
 
 def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -> None:
     torch.manual_seed(0)
-    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=SamplingConfig(dtype="bfloat16"))
+    sampling = SamplingConfig(dtype="bfloat16", pack_weights=False)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)
     prompt = torch.randint(10, 1000, (30,)).tolist()
     s = engine.generate([prompt], 6)[0]
     copy = engine.sampler()
@@ -74,6 +76,45 @@ def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -
     engine.reset_cache()  # what the rollout does before sampling with new weights
     assert engine.sampler() is copy
     torch.testing.assert_close(copy.lm_head.weight, tiny_model.lm_head.weight.bfloat16(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, lora: bool) -> None:
+    torch.manual_seed(0)
+    policy = apply_lora(tiny_model, LoraSpec(r=4, alpha=8, target_modules=("q_proj", "v_proj"))) if lora else tiny_model
+    if lora:  # adapters that change the output (peft initialises B to zero)
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.05)
+    engine = GenerationEngine(policy, stop_ids=[-1], pad_id=2)  # pack_weights is the default
+    packed = engine.sampler()
+    assert packed is not policy and isinstance(packed.lm_head, PackedLinear)
+    assert not any(type(m) is torch.nn.Linear for m in packed.modules())  # LoRA merged, every linear packed
+    prompts = [torch.randint(10, 1000, (n,)).tolist() for n in (20, 27)]
+    for prompt, s in zip(prompts, engine.generate(prompts, 6), strict=True):  # batched: rows padded
+        fresh = _fresh_logprobs(policy, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    engine.reset_cache()
+    assert engine.sampler() is packed  # the weights did not change: nothing rebuilt
+    with torch.no_grad():  # an update of the trained weights
+        next(p for p in policy.parameters() if p.requires_grad).mul_(1.5)
+    engine.generate(prompts[:1], 1)
+    assert engine.sampler() is packed  # within a rollout the copy stays as it was (its caches too)
+    engine.reset_cache()
+    assert engine.sampler() is not packed
+    s = engine.generate(prompts[:1], 6)[0]
+    fresh = _fresh_logprobs(policy, prompts[0] + s.ids, len(s.ids))
+    torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+
+
+def test_packed_linear_equals_the_linear_for_any_row_count() -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80)
+    packed = PackedLinear(linear)
+    for shape in ((1, 48), (2, 48), (3, 5, 48), (64, 48)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
 
 
 def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:

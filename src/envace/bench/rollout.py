@@ -111,8 +111,8 @@ def _both(pairs: dict[str, Any]) -> float | None:
 def bench_rollout(
     module: Any, task: Task, group_size: int, sequential: int, act_tokens: int, rehearse_tokens: int
 ) -> dict[str, Any]:
-    """Both roles batched and one at a time, with the policy's weights and with a bfloat16 sampling
-    copy; the batched rehearsal without row reuse (before/after)."""
+    """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
+    without prepacked weights (before/after); the batched rehearsal without row reuse (before/after)."""
     base = module.sampling
     bf16 = SamplingConfig(**{**vars(base), "dtype": "bfloat16"})
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "user_turns": len(task.user_turns)}
@@ -127,6 +127,14 @@ def bench_rollout(
                      out["policy_weights"][role]["batched"]["tokens_per_s"])
         for role in ("act", "rehearse")
     }  # fmt: skip
+    unpacked = SamplingConfig(**{**vars(base), "pack_weights": False})
+    pairs = {role: _pair(module, task, role, group_size, sequential, unpacked, n)
+             for role, n in (("act", act_tokens), ("rehearse", rehearse_tokens))}  # fmt: skip
+    out["unpacked"] = {**pairs, "both_roles_speedup": _both(pairs)}
+    out["unpacked"]["gain_batched"] = {
+        role: _ratio(out["policy_weights"][role]["batched"]["tokens_per_s"], pairs[role]["batched"]["tokens_per_s"])
+        for role in ("act", "rehearse")
+    }
     no_reuse = SamplingConfig(**{**vars(base), "reuse_rows": False})
     before = _run(module, task, "rehearse", group_size, group_size, no_reuse, rehearse_tokens)
     out["row_reuse"] = {
@@ -136,7 +144,9 @@ def bench_rollout(
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
         "oracle engine, every tool response written by the model; tokens_per_s = generated tokens / generation "
-        "time; policy_weights samples with the fp32 policy, bf16_sampling with a bfloat16 copy of it"
+        "time; policy_weights samples in fp32, bf16_sampling in bfloat16, both through oneDNN-prepacked weights "
+        "(sampling.pack_weights); unpacked: fp32 with the plain linear layers (before that change), gain_batched = "
+        "packed / unpacked batched rate"
     )
     return out
 
