@@ -78,8 +78,8 @@ def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -
     torch.testing.assert_close(copy.lm_head.weight, tiny_model.lm_head.weight.bfloat16(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, lora: bool) -> None:
+@pytest.mark.parametrize(("lora", "dtype"), [(False, None), (True, None), (True, "bfloat16")])
+def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, lora: bool, dtype) -> None:
     torch.manual_seed(0)
     policy = apply_lora(tiny_model, LoraSpec(r=4, alpha=8, target_modules=("q_proj", "v_proj"))) if lora else tiny_model
     if lora:  # adapters that change the output (peft initialises B to zero)
@@ -87,14 +87,15 @@ def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, 
             for name, p in policy.named_parameters():
                 if "lora_B" in name:
                     p.normal_(0, 0.05)
-    engine = GenerationEngine(policy, stop_ids=[-1], pad_id=2)  # pack_weights is the default
+    engine = GenerationEngine(policy, stop_ids=[-1], pad_id=2, sampling=SamplingConfig(dtype=dtype))  # packs by default
     packed = engine.sampler()
     assert packed is not policy and isinstance(packed.lm_head, PackedLinear)
+    tol = 1e-4 if dtype is None else 0.1  # a bf16 copy: bf16 noise against the fp32 policy
     assert not any(type(m) is torch.nn.Linear for m in packed.modules())  # LoRA merged, every linear packed
     prompts = [torch.randint(10, 1000, (n,)).tolist() for n in (20, 27)]
     for prompt, s in zip(prompts, engine.generate(prompts, 6), strict=True):  # batched: rows padded
         fresh = _fresh_logprobs(policy, prompt + s.ids, len(s.ids))
-        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=tol, rtol=0)
     engine.reset_cache()
     assert engine.sampler() is packed  # the weights did not change: nothing rebuilt
     with torch.no_grad():  # an update of the trained weights
@@ -105,7 +106,7 @@ def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, 
     assert engine.sampler() is not packed
     s = engine.generate(prompts[:1], 6)[0]
     fresh = _fresh_logprobs(policy, prompts[0] + s.ids, len(s.ids))
-    torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=tol, rtol=0)
 
 
 def test_packed_linear_equals_the_linear_for_any_row_count() -> None:
