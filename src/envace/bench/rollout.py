@@ -114,27 +114,20 @@ def bench_rollout(
     """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
     without prepacked weights (before/after); the batched rehearsal without row reuse (before/after)."""
     base = module.sampling
-    bf16 = SamplingConfig(**{**vars(base), "dtype": "bfloat16"})
+    settings = {
+        "policy_weights": base,
+        "bf16_sampling": SamplingConfig(**{**vars(base), "dtype": "bfloat16"}),
+        "unpacked": SamplingConfig(**{**vars(base), "pack_weights": False}),
+    }
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "user_turns": len(task.user_turns)}
-    for key, sampling in (("policy_weights", base), ("bf16_sampling", bf16)):
+    for key, sampling in settings.items():
         pairs = {
             "act": _pair(module, task, "act", group_size, sequential, sampling, act_tokens),
             "rehearse": _pair(module, task, "rehearse", group_size, sequential, sampling, rehearse_tokens),
         }
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
-    out["bf16_sampling"]["gain_batched"] = {
-        role: _ratio(out["bf16_sampling"][role]["batched"]["tokens_per_s"],
-                     out["policy_weights"][role]["batched"]["tokens_per_s"])
-        for role in ("act", "rehearse")
-    }  # fmt: skip
-    unpacked = SamplingConfig(**{**vars(base), "pack_weights": False})
-    pairs = {role: _pair(module, task, role, group_size, sequential, unpacked, n)
-             for role, n in (("act", act_tokens), ("rehearse", rehearse_tokens))}  # fmt: skip
-    out["unpacked"] = {**pairs, "both_roles_speedup": _both(pairs)}
-    out["unpacked"]["gain_batched"] = {
-        role: _ratio(out["policy_weights"][role]["batched"]["tokens_per_s"], pairs[role]["batched"]["tokens_per_s"])
-        for role in ("act", "rehearse")
-    }
+    out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
+    out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
     no_reuse = SamplingConfig(**{**vars(base), "reuse_rows": False})
     before = _run(module, task, "rehearse", group_size, group_size, no_reuse, rehearse_tokens)
     out["row_reuse"] = {
@@ -149,6 +142,12 @@ def bench_rollout(
         "packed / unpacked batched rate"
     )
     return out
+
+
+def _gain_batched(faster: dict[str, Any], slower: dict[str, Any]) -> dict[str, float | None]:
+    """Per role, the batched rate of one setting over another's."""
+    return {role: _ratio(faster[role]["batched"]["tokens_per_s"], slower[role]["batched"]["tokens_per_s"])
+            for role in ("act", "rehearse")}  # fmt: skip
 
 
 def _ratio(a: float, b: float) -> float | None:
