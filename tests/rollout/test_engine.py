@@ -3,6 +3,8 @@ written in place, and sampled log-probs still match a fresh forward of the whole
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -116,6 +118,30 @@ def test_packed_linear_equals_the_linear_for_any_row_count() -> None:
     for shape in ((1, 48), (2, 48), (3, 5, 48), (64, 48)):
         x = torch.randn(*shape)
         torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+
+
+def test_identical_prompts_are_prefilled_once_and_rows_sample_from_their_episodes_streams(tiny_model) -> None:
+    torch.manual_seed(0)
+    engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=SamplingConfig(min_prefix=8))
+    prefix = torch.randint(10, 1000, (40,)).tolist()
+    a, b = prefix + [5, 6, 7], prefix + [8, 9]
+    prompts = [a, b, a, a]  # e.g. three members of a group that made the same call
+
+    def episodes(*seeds: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(rng=torch.Generator().manual_seed(s)) for s in seeds]
+
+    samples = engine.generate(prompts, 4, episodes(1, 2, 3, 4))
+    assert engine.stats.prefill_tokens == 40 + 3 + 2  # the shared prefix, then a and b once each
+    assert len({tuple(s.ids) for s in samples}) == 4  # the copies of a still sample on their own
+    for prompt, s in zip(prompts, samples, strict=True):
+        fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+    before = engine.stats.prefill_tokens  # each copy continues from its own kept keys and values
+    engine.generate([a + samples[3].ids + [11]], 2)
+    assert engine.stats.prefill_tokens - before == 2  # its last sampled token and the new one
+    engine.reset_cache()
+    alone = engine.generate([a], 4, episodes(3))[0]  # the same stream alone: the same tokens
+    assert alone.ids == samples[2].ids
 
 
 def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:

@@ -85,6 +85,24 @@ def test_sampled_ids_and_logprobs_are_exact(tokenizer, tiny_model, bfcl_tasks) -
     )
 
 
+def test_an_episode_samples_the_same_tokens_alone_or_in_a_group(tokenizer, tiny_model, bfcl_tasks) -> None:
+    task = bfcl_tasks["multi_turn_base_1"]
+
+    def roll(seeds: list[int]) -> list[list[int]]:
+        engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
+        oracle = OracleEngine(tokenizer, engine.stop_ids)  # the policy rehearses every gold call
+        rollout = make_rollout(oracle, tokenizer, FMT, PolicyRehearsal(12, engine=engine))
+        return [ep.ids for ep in rollout.run([task], len(seeds), seeds=seeds)]
+
+    seeds = [11, 12, 13, 14]
+    together = roll(seeds)
+    assert len({tuple(ids) for ids in together}) == len(seeds)  # different streams, different episodes
+    assert together == [roll([s])[0] for s in seeds]  # each one as it samples alone
+    rollout = make_rollout(OracleEngine(tokenizer, [0]), tokenizer, FMT, PolicyRehearsal(4))
+    with pytest.raises(ValueError, match="4 episodes but 3 seeds"):
+        rollout.run([task], 4, seeds=seeds[:3])
+
+
 def test_oracle_with_real_environment_reproduces_grounding(tokenizer, bfcl_tasks) -> None:
     task = bfcl_tasks["multi_turn_base_1"]
     oracle = OracleEngine(tokenizer, [tokenizer.eos_token_id])

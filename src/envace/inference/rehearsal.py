@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import torch
+
 from envace.inference.memory import Attempt, render_memory
 from envace.protocol.episode import EpisodeBuilder, PieceEncoder
 from envace.protocol.render import ChatFormat
@@ -107,6 +109,9 @@ def fork(episode: Episode) -> Episode:
     b = episode.builder
     builder = EpisodeBuilder(b.encode, b.fmt, ids=list(b.ids), roles=list(b.roles), logprobs=list(b.logprobs))
     scratch = {k: copy.deepcopy(v) for k, v in episode.scratch.items() if k not in (RECORDS, _UNREHEARSED)}
+    rng = None  # the copy's own stream, drawn from the episode's: each imagined attempt samples differently
+    if episode.rng is not None:
+        rng = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,), generator=episode.rng)))
     return Episode(
         task=episode.task,
         builder=builder,
@@ -116,6 +121,7 @@ def fork(episode: Episode) -> Episode:
         format_errors=episode.format_errors,
         turn=episode.turn,
         scratch=scratch,
+        rng=rng,
     )
 
 
@@ -171,10 +177,10 @@ class RehearsingRollout(Rollout):
             user=_end_of_turn, validate_calls=validate_calls,
         )  # fmt: skip
 
-    def run(self, tasks: list[Task], group_size: int = 1) -> list[Episode]:
+    def run(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> list[Episode]:
         """As :meth:`Rollout.run`, with every new user turn rehearsed before its first act step."""
         self.engine.reset_cache()
-        episodes = [self._start(task, g) for g, task in enumerate(tasks) for _ in range(group_size)]
+        episodes = self._episodes(tasks, group_size, seeds)
         _drive(self, episodes, before_act=self.rehearse)
         return episodes
 

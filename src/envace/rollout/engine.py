@@ -91,7 +91,8 @@ class EngineStats:
     """Generated tokens and seconds spent, for ``rollout/tokens_per_s``.
 
     ``prompt_tokens`` counts the prompts' tokens; ``prefill_tokens`` the ones actually run through the
-    model before sampling (the rest came from a cache).
+    model before sampling (the rest came from a cache); ``steps`` the model forwards that sampled a
+    token for every row in the batch (``tokens / steps``: how full the batches ran).
     """
 
     tokens: int = 0
@@ -99,6 +100,7 @@ class EngineStats:
     calls: int = 0
     prompt_tokens: int = 0
     prefill_tokens: int = 0
+    steps: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -319,13 +321,17 @@ class GenerationEngine:
     def generate(self, prompts: list[list[int]], max_new_tokens: int, episodes: Any = None) -> list[Sample]:
         """Sample up to ``max_new_tokens`` after each prompt, all prompts batched.
 
-        ``episodes`` (the episodes the prompts belong to) is for scripted engines; sampling ignores it.
+        ``episodes`` (the episodes the prompts belong to), when given, lend their random streams
+        (``episode.rng``, a ``torch.Generator``): each row then draws from its own episode's stream,
+        so what an episode samples does not depend on which other episodes share its batch.
+        Scripted engines read the episodes to write their texts.
         """
         if not prompts:
             return []
         order = sorted(range(len(prompts)), key=lambda i: (prompts[i][:32], len(prompts[i])))  # shared prefix first
         out: list[Sample | None] = [None] * len(prompts)
         bs = max(1, self.sampling.batch_size)
+        rngs = [getattr(e, "rng", None) for e in episodes] if episodes is not None else [None] * len(prompts)
         model = self.sampler()
         was_training = model.training
         model.eval()
@@ -337,29 +343,39 @@ class GenerationEngine:
             with torch.autocast(device_type, enabled=False):
                 for start in range(0, len(order), bs):
                     chunk = order[start : start + bs]
-                    samples = self._generate_batch(model, [prompts[i] for i in chunk], max_new_tokens)
+                    samples = self._generate_batch(
+                        model, [prompts[i] for i in chunk], max_new_tokens, [rngs[i] for i in chunk]
+                    )
                     for i, sample in zip(chunk, samples, strict=True):
                         out[i] = sample
         finally:
             model.train(was_training)
         return [s for s in out if s is not None]
 
-    def _generate_batch(self, model: Any, prompts: list[list[int]], max_new_tokens: int) -> list[Sample]:
+    def _generate_batch(
+        self, model: Any, prompts: list[list[int]], max_new_tokens: int, rngs: list[torch.Generator | None]
+    ) -> list[Sample]:
+        """One batch: identical prompts (episodes whose contexts have not diverged, e.g. a group's
+        members that made the same call) are prefilled once, then every row samples on its own."""
         began = time.perf_counter()
         device = next(model.parameters()).device
-        parts = self._cached_parts(model, prompts, device)
-        layout = _Layout(
-            cached=max(len(p[0]) if p else 0 for p in parts),
-            width=max(len(q) - (len(p[0]) if p else 0) for q, p in zip(prompts, parts, strict=True)),
-            lengths=[len(p[0]) if p else 0 for p in parts],
-            news=[len(q) - (len(p[0]) if p else 0) for q, p in zip(prompts, parts, strict=True)],
+        first: dict[tuple[int, ...], int] = {}
+        source = [first.setdefault(tuple(p), len(first)) for p in prompts]  # each prompt's unique row
+        unique = [list(key) for key in first]
+        parts = self._cached_parts(model, unique, device)
+        cached = [len(p[0]) if p else 0 for p in parts]
+        news = [len(q) - c for q, c in zip(unique, cached, strict=True)]
+        once = _Layout(cached=max(cached), width=max(news), lengths=cached, news=news)
+        ids, mask = self._inputs(unique, once)
+        cache = self._batch_cache(parts, once, once.cached + once.width + max_new_tokens, device)
+        layout = _Layout(once.cached, once.width, [cached[u] for u in source], [news[u] for u in source])
+        expand = None if len(unique) == len(prompts) else torch.tensor(source, device=device)
+        samples = self._decode(
+            model, prompts, ids.to(device), mask.to(device), cache, layout, max_new_tokens, rngs, expand
         )
-        ids, mask = self._inputs(prompts, layout)
-        cache = self._batch_cache(parts, layout, layout.cached + layout.width + max_new_tokens, device)
-        samples = self._decode(model, prompts, ids.to(device), mask.to(device), cache, layout, max_new_tokens)
         self.stats.tokens += sum(len(s.ids) for s in samples)
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
-        self.stats.prefill_tokens += sum(layout.news)
+        self.stats.prefill_tokens += sum(news)
         self.stats.seconds += time.perf_counter() - began
         self.stats.calls += 1
         return samples
@@ -479,9 +495,13 @@ class GenerationEngine:
         cache: Any,
         layout: _Layout,
         max_new_tokens: int,
+        rngs: list[torch.Generator | None],
+        expand: torch.Tensor | None = None,
     ) -> list[Sample]:
         """Prefill the uncached columns of ``ids`` onto ``cache``, then sample one token per row and step.
 
+        ``ids``, ``mask`` and ``cache`` hold one row per distinct prompt; ``expand`` (prompt → row),
+        when some prompts repeat, copies the prefilled rows to one per prompt before the first draw.
         A plain loop over the model (positions from the mask, as ``generate`` computes them): per
         step one forward with the new tokens and one draw per row by inverse CDF (HF's multinomial
         draws an exponential per vocabulary entry: 6 ms per step at batch 8). When a quarter of the
@@ -498,7 +518,12 @@ class GenerationEngine:
                 input_ids=step_ids, attention_mask=mask, position_ids=step_pos, cache=cache, use_cache=True,
                 logits_to_keep=1,
             ).logits[:, -1].float()  # fmt: skip
-            token, logprob = self._draw(logits)
+            self.stats.steps += 1
+            if step == 0 and expand is not None:
+                for layer in cache.layers:
+                    layer.batch_select_indices(expand)
+                logits, mask, step_pos = logits[expand], mask[expand], step_pos[expand]
+            token, logprob = self._draw(logits, [rngs[i] for i in rows])
             for i, t, lp in zip(rows, token.tolist(), logprob.tolist(), strict=True):
                 if not out[i].stopped:
                     out[i].ids.append(t)
@@ -519,9 +544,12 @@ class GenerationEngine:
         self._keep_rows(cache, list(enumerate(rows)), prompts, out, layout)
         return out
 
-    def _draw(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(
+        self, logits: torch.Tensor, rngs: list[torch.Generator | None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row from ``logits [rows, vocab]`` (temperature, top-k, top-p as HF applies
-        them), and its log-prob under the temperature-scaled distribution."""
+        them), and its log-prob under the temperature-scaled distribution. Row ``r`` draws its
+        uniform from ``rngs[r]`` (on the CPU) when given, else from the global stream."""
         if self.sampling.temperature == 0:
             token = logits.argmax(dim=-1)
             return token, torch.log_softmax(logits, dim=-1).gather(1, token[:, None]).squeeze(1)
@@ -536,7 +564,11 @@ class GenerationEngine:
             drop[:, -1] = False  # keep at least the most likely token
             scores = scores.masked_fill(drop.scatter(1, order, drop), -torch.inf)
         cdf = scores.softmax(dim=-1).cumsum(dim=-1)
-        u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
+        if rngs is not None and any(g is not None for g in rngs):
+            draws = torch.cat([torch.rand(1, generator=g) for g in rngs])[:, None].to(cdf.device)
+        else:
+            draws = torch.rand(cdf.shape[0], 1, device=cdf.device)
+        u = draws * cdf[:, -1:]
         token = torch.searchsorted(cdf, u).squeeze(1).clamp_max(cdf.shape[1] - 1)
         return token, logp.gather(1, token[:, None]).squeeze(1)
 

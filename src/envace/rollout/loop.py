@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from envace.envs import Environment, make_environment
 from envace.protocol import parse_act
 from envace.protocol.episode import EpisodeBuilder, EpisodeTensors, PieceEncoder
@@ -68,6 +70,7 @@ class Episode:
     shadow: Environment | None = None
     fidelity: list[FidelityPair] = field(default_factory=list)
     scratch: dict[str, Any] = field(default_factory=dict)
+    rng: torch.Generator | None = None  # the episode's own sampling stream (see GenerationEngine.generate)
 
     @property
     def ids(self) -> list[int]:
@@ -156,10 +159,16 @@ class Rollout:
         self.validate_calls = validate_calls
         responder.bind(engine, encode.tokenizer)
 
-    def run(self, tasks: list[Task], group_size: int = 1) -> list[Episode]:
-        """``group_size`` episodes of each task, generated together; returns them task-major."""
+    def run(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> list[Episode]:
+        """``group_size`` episodes of each task, generated together; returns them task-major.
+
+        Each episode samples from its own random stream, seeded from ``seeds`` (one per episode,
+        task-major) or else from the global generator: an episode's tokens then depend on its seed,
+        not on which episodes it was batched with (the same seeds rolled out one at a time sample
+        the same tokens, up to float rounding between batch shapes).
+        """
         self.engine.reset_cache()  # the weights may have changed since the last rollout
-        episodes = [self._start(task, g) for g, task in enumerate(tasks) for _ in range(group_size)]
+        episodes = self._episodes(tasks, group_size, seeds)
         while True:
             acting = [e for e in episodes if not e.done and not e.pending]
             if acting:
@@ -170,8 +179,17 @@ class Rollout:
             if not acting and not answering:
                 return episodes
 
-    def _start(self, task: Task, group: int) -> Episode:
-        ep = Episode(task=task, builder=EpisodeBuilder(self.encode, self.fmt), group=group)
+    def _episodes(self, tasks: list[Task], group_size: int, seeds: list[int] | None) -> list[Episode]:
+        """The episodes of a rollout, started, each with its random stream."""
+        pairs = [(g, task) for g, task in enumerate(tasks) for _ in range(group_size)]
+        if seeds is not None and len(seeds) != len(pairs):
+            raise ValueError(f"{len(pairs)} episodes but {len(seeds)} seeds")
+        drawn = seeds if seeds is not None else torch.randint(0, 2**62, (len(pairs),)).tolist()
+        return [self._start(task, g, seed) for (g, task), seed in zip(pairs, drawn, strict=True)]
+
+    def _start(self, task: Task, group: int, seed: int = 0) -> Episode:
+        rng = torch.Generator().manual_seed(seed)
+        ep = Episode(task=task, builder=EpisodeBuilder(self.encode, self.fmt), group=group, rng=rng)
         ep.builder.system(task.system_prompt, task.tools)
         if self.responder.needs_env:
             ep.env = make_environment(task)
