@@ -42,6 +42,8 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
             for mode in ("batched", "sequential"):
                 assert ro[weights][role][mode]["tokens"] > 0 and ro[weights][role][mode]["tokens_per_s"] > 0
             assert ro[weights][role]["speedup"] > 0
+            assert ro[weights][role]["identical_episodes"] == ro["group_size"]  # the same work on both sides
+            assert ro[weights][role]["sequential"]["tokens_per_step"] == 1.0  # one row: one token per forward
         assert ro[weights]["both_roles_speedup"] > 0
     act, rehearse = ro["policy_weights"]["act"]["batched"], ro["policy_weights"]["rehearse"]["batched"]
     assert act["role_tokens"]["rehearse"] == 0  # act run: every generated token is an act token

@@ -106,9 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from envace.bench.rollout import bench_rollout
 
         task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
-        result["rollout"] = bench_rollout(
-            module, task, sizes.group_size, sizes.sequential_episodes, sizes.act_tokens, sizes.rehearse_tokens
-        )
+        result["rollout"] = bench_rollout(module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens)
         _log("rollout", result["rollout"])
     if "layout" in args.sections:
         from envace.bench.layout import bench_layout

@@ -24,8 +24,7 @@ class Sizes:
         train_tokens: sequence lengths of the training measurement.
         train_reps: timed updates per (length, precision); the fastest is reported.
         peak_sizes: square matmul sizes of the peak measurement.
-        group_size: episodes generated together in the batched rollout.
-        sequential_episodes: episodes generated one at a time for the comparison.
+        group_size: episodes generated together in the batched rollout (and one at a time).
         act_tokens: most tokens of one act generation.
         rehearse_tokens: most tokens of one rehearsed tool response.
         user_turns: user turns of each rollout episode.
@@ -40,7 +39,6 @@ class Sizes:
     train_reps: int = 2
     peak_sizes: tuple[int, ...] = (512, 1024, 2048)
     group_size: int = 8
-    sequential_episodes: int = 4
     act_tokens: int = 48
     rehearse_tokens: int = 48
     user_turns: int = 2
@@ -56,7 +54,6 @@ QUICK = Sizes(
     train_reps=1,
     peak_sizes=(128,),
     group_size=2,
-    sequential_episodes=1,
     act_tokens=4,
     rehearse_tokens=4,
     user_turns=1,

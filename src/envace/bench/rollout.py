@@ -7,15 +7,17 @@
   (:class:`~envace.rollout.PolicyRehearsal`), so every token the model generates is a rehearse token.
 
 ``batched`` rolls out ``group_size`` episodes of the task together (one rollout); ``sequential``
-rolls them out one rollout at a time. Rates are generated tokens over the engine's generation time
+rolls the same episodes out one rollout at a time. Every episode samples from its own seeded
+stream (``Rollout.run(seeds=...)``), so both sides generate the same tokens (``identical_episodes``
+counts those that match exactly; float rounding between batch shapes can flip a rare draw) and the
+ratio compares the same work. Rates are generated tokens over the engine's generation time
 (``engine``) and over the rollout's wall time (``wall``).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
-
-import torch
 
 from envace.bench.common import quiet, timed
 from envace.rollout import (
@@ -30,14 +32,13 @@ from envace.rollout import (
     summarize,
 )
 from envace.rollout.reference import OracleEngine
-from envace.types import Task
+from envace.types import ROLE_IDS, Task
 
 
-def _run(module: Any, task: Task, role: str, episodes: int, group: int, sampling: SamplingConfig,
-         max_new: int, seed: int = 0) -> dict[str, Any]:  # fmt: skip
-    """Roll out ``episodes`` episodes of ``task``, ``group`` per rollout, sampling from ``seed``;
-    the model's engine stats. Seeded, so that a run and its variant (e.g. without row reuse)
-    sample the same tokens and the figures repeat from one bench run to the next."""
+def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampling: SamplingConfig,
+         max_new: int) -> dict[str, Any]:  # fmt: skip
+    """Roll out one episode of ``task`` per seed, ``group`` per rollout; the model's engine stats, and
+    (``episode_tokens``, not for the JSON) the tokens each episode generated."""
     engine = make_engine(module.policy, module.tokenizer, module.fmt, sampling)
     actor: Engine
     responder: Responder
@@ -48,54 +49,63 @@ def _run(module: Any, task: Task, role: str, episodes: int, group: int, sampling
         actor, responder = OracleEngine(module.tokenizer, engine.stop_ids), PolicyRehearsal(max_new, engine=engine)
         limits = RolloutLimits(max_steps_per_turn=2, max_calls_per_step=16, max_episode_tokens=8192)
     rollout = make_rollout(actor, module.tokenizer, module.fmt, responder, limits)
-    wall, roles = 0.0, {"act": 0, "rehearse": 0}
-    torch.manual_seed(seed)
+    wall, roles, generated = 0.0, {"act": 0, "rehearse": 0}, []
     with quiet():
-        for _ in range(episodes // group):
-            seconds, eps = timed(lambda: rollout.run([task], group))
+        for start in range(0, len(seeds), group):
+            chunk = seeds[start : start + group]
+            seconds, eps = timed(partial(rollout.run, [task], len(chunk), seeds=chunk))
             wall += seconds
             st = summarize(eps)
             roles["act"] += st.act_tokens
             roles["rehearse"] += st.rehearse_tokens
+            generated += [[i for i, r in zip(e.ids, e.builder.roles, strict=True) if r == ROLE_IDS[role]] for e in eps]
     return {
-        "episodes": episodes,
+        "episodes": len(seeds),
         "tokens": engine.stats.tokens,
         "engine_seconds": round(engine.stats.seconds, 3),
         "wall_seconds": round(wall, 3),
         "tokens_per_s": round(engine.stats.tokens / engine.stats.seconds, 2) if engine.stats.seconds else 0.0,
         "wall_tokens_per_s": round(engine.stats.tokens / wall, 2) if wall else 0.0,
         "generate_calls": engine.stats.calls,
+        "decode_steps": engine.stats.steps,
+        "tokens_per_step": round(engine.stats.tokens / engine.stats.steps, 2) if engine.stats.steps else 0.0,
         "prompt_tokens": engine.stats.prompt_tokens,
         "prefill_tokens": engine.stats.prefill_tokens,
         "role_tokens": roles,
+        "episode_tokens": generated,
     }
 
 
-def _pair(module: Any, task: Task, role: str, group: int, sequential: int, sampling: SamplingConfig,
-          max_new: int) -> dict[str, Any]:  # fmt: skip
-    """The role batched over a group and one episode at a time, and the ratio of their rates.
+def _pair(module: Any, task: Task, role: str, group: int, sampling: SamplingConfig, max_new: int) -> dict[str, Any]:
+    """The role's ``group`` episodes batched and the same episodes one at a time, and the ratio of
+    their rates.
 
-    The one-at-a-time episodes run half before and half after the batched group, so that a change
+    Half of the one-at-a-time episodes run before the batched group and half after, so that a change
     in the machine's load during the measurement weighs on both sides.
     """
-    before = _run(module, task, role, (sequential + 1) // 2, 1, sampling, max_new)
-    batched = _run(module, task, role, group, group, sampling, max_new)
-    single = _merge(before, _run(module, task, role, sequential // 2, 1, sampling, max_new, seed=1))
+    seeds = list(range(group))
+    half = (group + 1) // 2
+    before = _run(module, task, role, seeds[:half], 1, sampling, max_new)
+    batched = _run(module, task, role, seeds, group, sampling, max_new)
+    single = _merge(before, _run(module, task, role, seeds[half:], 1, sampling, max_new))
+    same = sum(a == b for a, b in zip(batched.pop("episode_tokens"), single.pop("episode_tokens"), strict=True))
     return {
         "batched": batched,
         "sequential": single,
+        "identical_episodes": same,
         "speedup": _ratio(batched["tokens_per_s"], single["tokens_per_s"]),
         "wall_speedup": _ratio(batched["wall_tokens_per_s"], single["wall_tokens_per_s"]),
     }
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two runs' counts added up, rates recomputed."""
+    """Two runs' counts added up (episodes in order), rates recomputed."""
     out = {k: a[k] + b[k] for k in ("episodes", "tokens", "engine_seconds", "wall_seconds", "generate_calls",
-                                    "prompt_tokens", "prefill_tokens")}  # fmt: skip
+                                    "decode_steps", "prompt_tokens", "prefill_tokens", "episode_tokens")}  # fmt: skip
     out["role_tokens"] = {r: a["role_tokens"][r] + b["role_tokens"][r] for r in a["role_tokens"]}
     out["tokens_per_s"] = round(out["tokens"] / out["engine_seconds"], 2) if out["engine_seconds"] else 0.0
     out["wall_tokens_per_s"] = round(out["tokens"] / out["wall_seconds"], 2) if out["wall_seconds"] else 0.0
+    out["tokens_per_step"] = round(out["tokens"] / out["decode_steps"], 2) if out["decode_steps"] else 0.0
     return out
 
 
@@ -108,9 +118,7 @@ def _both(pairs: dict[str, Any]) -> float | None:
     return _ratio(rate["batched"], rate["sequential"])
 
 
-def bench_rollout(
-    module: Any, task: Task, group_size: int, sequential: int, act_tokens: int, rehearse_tokens: int
-) -> dict[str, Any]:
+def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, rehearse_tokens: int) -> dict[str, Any]:
     """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
     without prepacked weights (before/after); the batched rehearsal without row reuse (before/after)."""
     base = module.sampling
@@ -122,22 +130,25 @@ def bench_rollout(
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "user_turns": len(task.user_turns)}
     for key, sampling in settings.items():
         pairs = {
-            "act": _pair(module, task, "act", group_size, sequential, sampling, act_tokens),
-            "rehearse": _pair(module, task, "rehearse", group_size, sequential, sampling, rehearse_tokens),
+            "act": _pair(module, task, "act", group_size, sampling, act_tokens),
+            "rehearse": _pair(module, task, "rehearse", group_size, sampling, rehearse_tokens),
         }
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
     out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
     out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
     no_reuse = SamplingConfig(**{**vars(base), "reuse_rows": False})
-    before = _run(module, task, "rehearse", group_size, group_size, no_reuse, rehearse_tokens)
+    before = _run(module, task, "rehearse", list(range(group_size)), group_size, no_reuse, rehearse_tokens)
+    before.pop("episode_tokens")
     out["row_reuse"] = {
         "without": before,
         "speedup": _ratio(out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"], before["tokens_per_s"]),
     }
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
-        "oracle engine, every tool response written by the model; tokens_per_s = generated tokens / generation "
-        "time; policy_weights samples in fp32, bf16_sampling in bfloat16, both through oneDNN-prepacked weights "
+        "oracle engine, every tool response written by the model; sequential = the batched group's episodes "
+        "(same seeded streams) one at a time; tokens_per_s = generated tokens / generation time; tokens_per_step = "
+        "generated tokens per model forward (how full the batch ran); policy_weights "
+        "samples in fp32, bf16_sampling in bfloat16, both through oneDNN-prepacked weights "
         "(sampling.pack_weights); unpacked: fp32 with the plain linear layers (before that change), gain_batched = "
         "packed / unpacked batched rate"
     )
