@@ -49,6 +49,7 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert act["role_tokens"]["rehearse"] == 0  # act run: every generated token is an act token
     assert rehearse["role_tokens"]["rehearse"] == rehearse["tokens"]  # and here a rehearse token
     assert ro["row_reuse"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
+    assert ro["identical_prompts"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
     assert set(ro["bf16_sampling"]["gain_batched"]) == {"act", "rehearse"}
 
     layout = report["layout"]

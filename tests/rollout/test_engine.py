@@ -142,6 +142,9 @@ def test_identical_prompts_are_prefilled_once_and_rows_sample_from_their_episode
     engine.reset_cache()
     alone = engine.generate([a], 4, episodes(3))[0]  # the same stream alone: the same tokens
     assert alone.ids == samples[2].ids
+    each = GenerationEngine(tiny_model, [-1], 2, SamplingConfig(min_prefix=8, share_identical=False))
+    assert [s.ids for s in each.generate(prompts, 4, episodes(1, 2, 3, 4))] == [s.ids for s in samples]
+    assert each.stats.prefill_tokens == 40 + 3 + 2 + 3 + 3  # without sharing: every row its own part
 
 
 def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **cpu_flags(),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (the OpenMP runtime's default)"),
         },
     }
     peaks = [measure_peak(sizes.peak_sizes)]
@@ -144,7 +144,6 @@ def _log(section: str, value: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``envace bench``: prints one JSON object on stdout (progress goes to stderr)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads its OpenMP runtime
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = parse_args(argv)
     with redirect_stdout(sys.stderr):  # libraries print progress (TRL prints its logs): stdout is the JSON only

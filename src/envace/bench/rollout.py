@@ -120,7 +120,8 @@ def _both(pairs: dict[str, Any]) -> float | None:
 
 def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, rehearse_tokens: int) -> dict[str, Any]:
     """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
-    without prepacked weights (before/after); the batched rehearsal without row reuse (before/after)."""
+    without prepacked weights (before/after); the batched rehearsal without row reuse and without
+    sharing identical prompts' prefill (before/after each)."""
     base = module.sampling
     settings = {
         "policy_weights": base,
@@ -136,13 +137,12 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
     out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
     out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
-    no_reuse = SamplingConfig(**{**vars(base), "reuse_rows": False})
-    before = _run(module, task, "rehearse", list(range(group_size)), group_size, no_reuse, rehearse_tokens)
-    before.pop("episode_tokens")
-    out["row_reuse"] = {
-        "without": before,
-        "speedup": _ratio(out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"], before["tokens_per_s"]),
-    }
+    for key, off in {"row_reuse": "reuse_rows", "identical_prompts": "share_identical"}.items():
+        before = _run(module, task, "rehearse", list(range(group_size)), group_size,
+                      SamplingConfig(**{**vars(base), off: False}), rehearse_tokens)  # fmt: skip
+        before.pop("episode_tokens")
+        after = out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"]
+        out[key] = {"without": before, "speedup": _ratio(after, before["tokens_per_s"])}
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
         "oracle engine, every tool response written by the model; sequential = the batched group's episodes "

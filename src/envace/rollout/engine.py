@@ -10,7 +10,12 @@ and a KV cache inside each call. Keys and values are reused wherever they are al
   the same episode's next call (the rehearsal after an act, the next act after a tool turn)
   prefills only the tokens appended since, not its whole history again;
 * within a call, new keys and values are written into storage sized for the whole generation
-  (:class:`GrowingLayer`) instead of being concatenated onto the cache at every step.
+  (:class:`GrowingLayer`) instead of being concatenated onto the cache at every step;
+* **identical prompts** in a batch (group members whose contexts have not diverged) are prefilled
+  once and copied to each row before the first draw.
+
+Each row draws from its episode's own random stream when the rollout gives one (``episode.rng``):
+what an episode samples then does not depend on the episodes it is batched with.
 
 On CPUs the engine samples from a copy of the policy whose linear layers hold their weights
 prepacked for oneDNN (:class:`PackedLinear`, LoRA merged, rebuilt after every update): a linear
@@ -55,6 +60,8 @@ class SamplingConfig:
         reuse_rows: keep each row's keys and values after a call, so that a later prompt extending
             it (the episode's next turn) prefills only its new tokens.
         row_cache_tokens: most tokens kept for ``reuse_rows``; the least recently used rows go first.
+        share_identical: prefill identical prompts of a batch once (group members whose contexts have
+            not diverged) and copy their keys and values to each row before the first draw.
         dtype: ``None`` samples in the policy's own precision; ``bfloat16`` with a bfloat16 copy of
             its weights, refreshed after every update (faster on CPUs with ``avx512_bf16`` or AMX,
             and on GPUs). The recorded log-probs are then the copy's; the loss's importance ratio
@@ -73,6 +80,7 @@ class SamplingConfig:
     min_prefix: int = 64
     reuse_rows: bool = True
     row_cache_tokens: int = 32768
+    share_identical: bool = True
     dtype: str | None = None
     pack_weights: bool = True
 
@@ -359,9 +367,11 @@ class GenerationEngine:
         members that made the same call) are prefilled once, then every row samples on its own."""
         began = time.perf_counter()
         device = next(model.parameters()).device
-        first: dict[tuple[int, ...], int] = {}
-        source = [first.setdefault(tuple(p), len(first)) for p in prompts]  # each prompt's unique row
-        unique = [list(key) for key in first]
+        source, unique = list(range(len(prompts))), prompts  # each prompt's row, the rows' prompts
+        if self.sampling.share_identical:
+            first: dict[tuple[int, ...], int] = {}
+            source = [first.setdefault(tuple(p), len(first)) for p in prompts]
+            unique = [list(key) for key in first]
         parts = self._cached_parts(model, unique, device)
         cached = [len(p[0]) if p else 0 for p in parts]
         news = [len(q) - c for q, c in zip(unique, cached, strict=True)]
