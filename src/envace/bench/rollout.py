@@ -137,11 +137,11 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
     out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
     out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
+    after = out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"]
     for key, off in {"row_reuse": "reuse_rows", "identical_prompts": "share_identical"}.items():
         before = _run(module, task, "rehearse", list(range(group_size)), group_size,
                       SamplingConfig(**{**vars(base), off: False}), rehearse_tokens)  # fmt: skip
         before.pop("episode_tokens")
-        after = out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"]
         out[key] = {"without": before, "speedup": _ratio(after, before["tokens_per_s"])}
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
