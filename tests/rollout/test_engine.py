@@ -4,6 +4,7 @@ written in place, and sampled log-probs still match a fresh forward of the whole
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from transformers.cache_utils import DynamicLayer
 
 from envace.policy import LoraSpec, apply_lora
 from envace.rollout import GenerationEngine, SamplingConfig
-from envace.rollout.engine import GrowingLayer, PackedLinear
+from envace.rollout.engine import GrowingLayer, PackedLinear, Request
 
 
 def _fresh_logprobs(model, ids: list[int], n: int) -> torch.Tensor:
@@ -34,6 +35,33 @@ def test_growing_layer_equals_concatenation() -> None:
     plain.crop(-2)
     k, v = torch.randn(2, 3, 1, 8), torch.randn(2, 3, 1, 8)
     torch.testing.assert_close(grow.update(k, v)[0], plain.update(k, v)[0], rtol=0, atol=0)
+
+
+def test_growing_layer_rows_join_widen_and_leave() -> None:
+    torch.manual_seed(0)
+    layer = GrowingLayer(capacity=6)
+    rows = [torch.randn(3, 4, 8) for _ in range(2)]  # [heads, tokens, dim]: two rows of 4 tokens
+    layer.update(torch.stack(rows), torch.stack(rows))
+    joiner = torch.randn(3, 7, 8)  # longer than the batch: the view widens by 3 zero columns
+    layer.widen(3)
+    layer.put(2, joiner, -joiner)  # a new slot: the storage grows a row
+    assert layer.keys.shape == (3, 3, 7, 8) and layer.get_seq_length() == 7
+    torch.testing.assert_close(layer.keys[2], joiner, rtol=0, atol=0)
+    torch.testing.assert_close(layer.values[2], -joiner, rtol=0, atol=0)
+    torch.testing.assert_close(layer.keys[0, :, 3:], rows[0], rtol=0, atol=0)
+    assert not layer.keys[:2, :, :3].any()  # the new columns are zero (masked, finite)
+    step = torch.randn(3, 3, 1, 8)  # a decoding step writes one column for every row, past the capacity
+    layer.update(step, step)
+    torch.testing.assert_close(layer.keys[:, :, -1:], step, rtol=0, atol=0)
+    layer.put(0, rows[1], rows[1])  # a joiner in a freed slot, right-aligned
+    torch.testing.assert_close(layer.keys[0, :, -4:], rows[1], rtol=0, atol=0)
+    layer.batch_select_indices(torch.tensor([2, 0]))  # any order: a copy that keeps the rows' columns
+    torch.testing.assert_close(layer.keys[0, :, :7], joiner, rtol=0, atol=0)
+    torch.testing.assert_close(layer.keys[1, :, -4:], rows[1], rtol=0, atol=0)
+    layer.put(2, joiner, joiner)
+    layer.batch_select_indices(torch.tensor([0, 2]))  # increasing: row 2 moves down in place
+    assert layer.keys.shape == (2, 3, 8, 8)
+    torch.testing.assert_close(layer.keys[1, :, -7:], joiner, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("reuse", [True, False])
@@ -204,3 +232,39 @@ def test_temperature_zero_decodes_greedily_and_decoding_restores_the_temperature
     torch.testing.assert_close(
         torch.tensor(a.logprobs), _fresh_logprobs(tiny_model, ids, len(a.ids)), atol=1e-4, rtol=0
     )
+
+
+def test_continuations_join_the_running_batch_and_sample_as_in_lockstep(tiny_model) -> None:
+    """Rows 1-3 end early and ask for their next turn (their sample and two new tokens), twice, while
+    row 0 runs 24 tokens: the turns join the batch row 0 decodes in (continuations longer than the
+    batch widen it, free slots are reused), prefill only what is new, and sample what lockstep does."""
+    torch.manual_seed(2)
+    prompts = [torch.randint(10, 1000, (n,)).tolist() for n in (20, 30, 40, 50)]
+    budgets = [24, 3, 5, 4]
+
+    def run(continuous: bool) -> tuple[dict[tuple[int, int], tuple[list[int], Any]], GenerationEngine]:
+        sampling = SamplingConfig(min_prefix=8, continuous=continuous)
+        engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)  # rows run their budget
+        out: dict[tuple[int, int], tuple[list[int], Any]] = {}
+
+        def follow(request: Request, sample: Any) -> list[Request]:
+            row, turn = request.tag
+            out[request.tag] = (request.prompt, sample)
+            if row == 0 or turn == 2:
+                return []
+            return [Request(request.prompt + sample.ids + [11, 12], budgets[row], request.rng, (row, turn + 1))]
+
+        rngs = [torch.Generator().manual_seed(row) for row in range(4)]
+        engine.stream([Request(p, budgets[r], rngs[r], (r, 0)) for r, p in enumerate(prompts)], follow)
+        return out, engine
+
+    joined, engine = run(continuous=True)
+    lockstep, other = run(continuous=False)
+    assert len(joined) == 10
+    assert {k: s.ids for k, (_, s) in joined.items()} == {k: s.ids for k, (_, s) in lockstep.items()}
+    # lockstep: 24 steps, then 5, then 5; continuous: row 0's 24 steps, the turns' prefills among them
+    assert other.stats.steps == 24 + 5 + 5 and engine.stats.steps < 24 + 6
+    assert engine.stats.prefill_tokens == other.stats.prefill_tokens  # each turn prefilled its new tokens only
+    for prompt, s in joined.values():
+        fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)

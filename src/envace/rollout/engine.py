@@ -1,18 +1,21 @@
 """Batched sampling over token-id prompts: the one generation path of the rollout.
 
 Prompts are lists of ids (tokens in); the engine returns the sampled ids and their log-probs
-(tokens out). All active episodes of a step are generated together: left padding, attention masks,
-and a KV cache inside each call. Keys and values are reused wherever they are already known:
+(tokens out). Generations run in one batch with left padding, attention masks and a KV cache, and
+**continuously** (:meth:`GenerationEngine.stream`): when a row ends, the generation its episode needs
+next (the rehearsal after an act, the next act after a tool turn) is prefilled and joins the rows
+still decoding, instead of waiting for the longest of them (``SamplingConfig.continuous``). Keys and
+values are reused wherever they are already known:
 
 * the **shared prefix** (the system turn with its tool block, identical across a group's episodes)
   is prefilled once per rollout and expanded to every row;
-* each **row's own** keys and values (its prompt and what it generated) are kept after a call, so
-  the same episode's next call (the rehearsal after an act, the next act after a tool turn)
-  prefills only the tokens appended since, not its whole history again;
-* within a call, new keys and values are written into storage sized for the whole generation
-  (:class:`GrowingLayer`) instead of being concatenated onto the cache at every step;
+* each **row's own** keys and values (its prompt and what it generated) are kept when it ends, so
+  the same episode's next generation prefills only the tokens appended since, not its whole history;
+* new keys and values are written in place into storage allocated ahead (:class:`GrowingLayer`)
+  instead of being concatenated onto the cache at every step; a joining row is written into a free
+  slot of it;
 * **identical prompts** in a batch (group members whose contexts have not diverged) are prefilled
-  once and copied to each row before the first draw.
+  once and copied to each row before it joins.
 
 Each row draws from its episode's own random stream when the rollout gives one (``episode.rng``):
 what an episode samples then does not depend on the episodes it is batched with.
@@ -29,8 +32,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,6 +45,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [rows, kv_heads, tokens, head_dim]
+LEAD = 128  # spare cache columns left of a batch, for rows joining it with longer contexts
 
 
 @dataclass
@@ -62,6 +66,9 @@ class SamplingConfig:
         row_cache_tokens: most tokens kept for ``reuse_rows``; the least recently used rows go first.
         share_identical: prefill identical prompts of a batch once (group members whose contexts have
             not diverged) and copy their keys and values to each row before the first draw.
+        continuous: a generation that the end of another asks for (the episode's next turn) joins the
+            running batch at once (continuous batching); ``False``: it waits until every row of the
+            batch has ended, and the next turns start together (lockstep).
         dtype: ``None`` samples in the policy's own precision; ``bfloat16`` with a bfloat16 copy of
             its weights, refreshed after every update (faster on CPUs with ``avx512_bf16`` or AMX,
             and on GPUs). The recorded log-probs are then the copy's; the loss's importance ratio
@@ -81,6 +88,7 @@ class SamplingConfig:
     reuse_rows: bool = True
     row_cache_tokens: int = 32768
     share_identical: bool = True
+    continuous: bool = True
     dtype: str | None = None
     pack_weights: bool = True
 
@@ -179,60 +187,115 @@ def packed_copy(model: Any, dtype: torch.dtype) -> Any:
 
 
 class GrowingLayer(DynamicLayer):
-    """A KV-cache layer that writes new keys and values in place.
+    """A KV-cache layer over storage allocated ahead, ``[slots, heads, columns, dim]``: the batch's
+    keys and values are the view ``[:rows, :, lo:hi]``.
 
     ``DynamicLayer`` concatenates at every step, copying the whole cache each time: with a batch of
-    8 and 600 cached tokens that copy was a third of a decoding step. Here storage is allocated once
-    (``capacity``, doubled if ever exceeded) and ``keys``/``values`` are views of its filled part.
+    8 and 600 cached tokens that copy was a third of a decoding step. Here a step's keys and values
+    are written in place at column ``hi``; a row joining a running batch is written into a free slot
+    (:meth:`put`), and the view widens to the left (:meth:`widen`) when it is longer than the batch.
+    Storage is reallocated (doubled) only when it runs out. Unwritten storage is zero: columns a row
+    does not use are masked, and must hold finite numbers (0 × NaN would leak through the mask).
 
     Args:
-        capacity: tokens to allocate for at the first write.
+        capacity: columns to allocate at the first write.
+        lead: of those, spare columns left of the first write (for rows joining later with longer contexts).
     """
 
-    def __init__(self, capacity: int = 0) -> None:
+    def __init__(self, capacity: int = 0, lead: int = 0) -> None:
         super().__init__()
-        self.capacity = capacity
-        self._store: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.capacity, self.lead = capacity, lead
+        self.store: tuple[torch.Tensor, torch.Tensor] | None = None
         self._view: torch.Tensor | None = None
+        self.rows = self.lo = self.hi = 0
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        assert self.keys is not None and self.values is not None
-        n, add = self.get_seq_length(), key_states.shape[-2]
-        if self._store is None or self.keys is not self._view or n + add > self._store[0].shape[-2]:
-            # first write, full storage, or keys replaced by another method (crop, batch select)
-            rows, heads, _, dim = key_states.shape
-            cap = max(self.capacity, n + add, 2 * n)
-            k = key_states.new_empty(rows, heads, cap, dim)
-            v = value_states.new_empty(rows, heads, cap, value_states.shape[-1])
-            if n:
-                k[:, :, :n], v[:, :, :n] = self.keys, self.values
-            self._store = (k, v)
-        k, v = self._store
-        k[:, :, n : n + add], v[:, :, n : n + add] = key_states, value_states
-        self.keys, self.values = k[:, :, : n + add], v[:, :, : n + add]
-        self._view = self.keys
-        return self.keys, self.values
+        rows, add = key_states.shape[0], key_states.shape[-2]
+        if self.store is None:
+            size = max(self.capacity, self.lead + add)
+            k_shape, v_shape = key_states.shape, value_states.shape
+            self.hold(key_states.new_zeros(rows, k_shape[1], size, k_shape[3]),
+                      value_states.new_zeros(rows, v_shape[1], size, v_shape[3]), 0, lo=self.lead)  # fmt: skip
+        elif self.keys is not self._view:  # replaced by another method (crop): adopt it
+            assert self.keys is not None and self.values is not None
+            self.hold(self.keys, self.values, self.keys.shape[-2])
+        assert self.store is not None
+        if self.hi + add > self.store[0].shape[2]:
+            self._resize(self.store[0].shape[0], self.lo, max(add, self.hi - self.lo))
+        k, v = self.store
+        k[: self.rows, :, self.hi : self.hi + add] = key_states
+        v[: self.rows, :, self.hi : self.hi + add] = value_states
+        self.hi += add
+        return self._set_view()
+
+    def hold(self, keys: torch.Tensor, values: torch.Tensor, n: int, lo: int = 0) -> None:
+        """Adopt ``keys``/``values`` (``[rows, heads, columns, dim]``) as storage, columns ``lo:lo + n`` filled."""
+        self.lazy_initialization(keys, values)
+        self.store, self.rows, self.lo, self.hi = (keys, values), keys.shape[0], lo, lo + n
+        self._set_view()
+
+    def put(self, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Row ``slot`` (a free one, or the next one) holds ``keys``/``values`` ``[heads, n, dim]``,
+        ending at column ``hi`` (``n`` at most the view's width)."""
+        assert self.store is not None and keys.shape[1] <= self.hi - self.lo
+        if slot >= self.store[0].shape[0]:
+            self._resize(max(slot + 1, 2 * self.store[0].shape[0]), self.lo, self.store[0].shape[2] - self.hi)
+        k, v = self.store
+        n = keys.shape[1]
+        k[slot, :, self.hi - n : self.hi], v[slot, :, self.hi - n : self.hi] = keys, values
+        self.rows = max(self.rows, slot + 1)
+        self._set_view()
+
+    def widen(self, n: int) -> None:
+        """``n`` more columns on the left of the view (zero: masked for every row)."""
+        assert self.store is not None
+        if self.lo < n:
+            self._resize(self.store[0].shape[0], max(n, self.hi - self.lo), self.store[0].shape[2] - self.hi)
+        self.lo -= n
+        self._set_view()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices``, in storage of the same capacity."""
-        if self._store is None or self.keys is not self._view:
+        """Keep the rows ``indices`` (repeats allowed), in storage of the same columns; increasing
+        indices (dropping rows) move only the rows that shift down, in place."""
+        if self.store is None or self.keys is not self._view:
             return super().batch_select_indices(indices)
-        n = self.get_seq_length()
-        k, v = self._store
-        keys, values = k.new_empty(len(indices), *k.shape[1:]), v.new_empty(len(indices), *v.shape[1:])
-        keys[:, :, :n], values[:, :, :n] = k[indices, :, :n], v[indices, :, :n]
-        self.hold(keys, values, n)
+        k, v = self.store
+        order = indices.tolist()
+        if all(a < b for a, b in zip(order, order[1:], strict=False)):
+            cols = slice(self.lo, self.hi)
+            for new, old in enumerate(order):
+                if new != old:
+                    k[new, :, cols], v[new, :, cols] = k[old, :, cols], v[old, :, cols]
+            self.rows = len(order)
+            self._set_view()
+            return
+        keys, values = k.new_zeros(max(len(indices), 1), *k.shape[1:]), v.new_zeros(max(len(indices), 1), *v.shape[1:])
+        keys[: len(indices), :, self.lo : self.hi] = k[indices, :, self.lo : self.hi]
+        values[: len(indices), :, self.lo : self.hi] = v[indices, :, self.lo : self.hi]
+        self.store, self.rows = (keys, values), len(indices)
+        self._set_view()
 
-    def hold(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
-        """Adopt ``keys``/``values`` (``[rows, heads, capacity, dim]``) as storage, first ``n`` tokens filled."""
-        self.lazy_initialization(keys, values)
-        self._store = (keys, values)
-        self.keys, self.values = keys[:, :, :n], values[:, :, :n]
+    def _resize(self, slots: int, lead: int, room: int) -> None:
+        """New storage: ``slots`` rows, ``lead`` free columns before the view and ``room`` after it."""
+        assert self.store is not None
+        k, v = self.store
+        width = self.hi - self.lo
+        keys = k.new_zeros(slots, k.shape[1], lead + width + room, k.shape[3])
+        values = v.new_zeros(slots, v.shape[1], lead + width + room, v.shape[3])
+        keys[: self.rows, :, lead : lead + width] = k[: self.rows, :, self.lo : self.hi]
+        values[: self.rows, :, lead : lead + width] = v[: self.rows, :, self.lo : self.hi]
+        self.store, self.lo, self.hi = (keys, values), lead, lead + width
+
+    def _set_view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.store is not None
+        k, v = self.store
+        self.keys, self.values = k[: self.rows, :, self.lo : self.hi], v[: self.rows, :, self.lo : self.hi]
         self._view = self.keys
+        return self.keys, self.values
 
 
 @dataclass
@@ -248,11 +311,52 @@ class _Layout:
     lengths: list[int]  # cached tokens per row
     news: list[int]  # new (prefilled) tokens per row
 
-    def row_index(self, row: int, generated: int) -> torch.Tensor:
-        """Columns of row ``row``'s real tokens in the cache, ``generated`` sampled tokens included."""
-        c, w = self.lengths[row], self.news[row]
-        end = self.cached + self.width
-        return torch.cat([torch.arange(self.cached - c, self.cached), torch.arange(end - w, end + generated)])
+
+@dataclass
+class Request:
+    """One generation asked of the engine: up to ``max_new_tokens`` after ``prompt``, each token drawn
+    from ``rng`` (the episode's stream) when given; ``tag`` is the caller's."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    rng: torch.Generator | None = None
+    tag: Any = None
+
+
+Follow = Callable[[Request, Sample], list[Request]]
+
+
+@dataclass
+class _Row:
+    request: Request
+    sample: Sample
+
+    @property
+    def ended(self) -> bool:
+        return self.sample.stopped or len(self.sample.ids) >= self.request.max_new_tokens
+
+
+@dataclass
+class _Running:
+    """The batch being decoded. Slot ``s`` of the cache holds ``rows[s]`` (``None``: a free slot, fed
+    but never drawn from); its last drawn token ``token[s]``, at position ``pos[s]``, is fed at the
+    next step; ``mask[s]`` marks its real columns in the cache."""
+
+    cache: Any
+    mask: torch.Tensor
+    pos: torch.Tensor
+    token: torch.Tensor
+    rows: list[_Row | None]
+    source: list[int] | None = None  # the cache row of each row, while identical prompts share one
+
+    @property
+    def live(self) -> list[int]:
+        return [s for s, row in enumerate(self.rows) if row is not None]
+
+    @property
+    def growing(self) -> bool:
+        """Whether rows can join while others decode (the cache's layers are :class:`GrowingLayer`)."""
+        return all(isinstance(layer, GrowingLayer) for layer in self.cache.layers)
 
 
 @dataclass
@@ -334,39 +438,70 @@ class GenerationEngine:
         so what an episode samples does not depend on which other episodes share its batch.
         Scripted engines read the episodes to write their texts.
         """
-        if not prompts:
-            return []
-        order = sorted(range(len(prompts)), key=lambda i: (prompts[i][:32], len(prompts[i])))  # shared prefix first
-        out: list[Sample | None] = [None] * len(prompts)
-        bs = max(1, self.sampling.batch_size)
         rngs = [getattr(e, "rng", None) for e in episodes] if episodes is not None else [None] * len(prompts)
+        out: list[Sample] = [Sample([], [], False) for _ in prompts]
+
+        def keep(request: Request, sample: Sample) -> list[Request]:
+            out[request.tag] = sample
+            return []
+
+        self.stream([Request(p, max_new_tokens, rngs[i], i) for i, p in enumerate(prompts)], keep)
+        return out
+
+    @torch.no_grad()
+    def stream(self, requests: list[Request], follow: Follow) -> None:
+        """Generate every request in one running batch. As each one ends, ``follow(request, sample)``
+        may ask for more, and those join the batch at once (continuous batching: an episode's next
+        turn need not wait for the other rows' generations to end).
+
+        At most ``sampling.batch_size`` rows decode together; further requests wait for a free slot
+        (with ``sampling.continuous`` off, for the batch to end).
+        New requests are prefilled together in a forward of their own (identical prompts once, the
+        cached part of each not run again), then written into free slots of the running batch. A row
+        that ends frees its slot and keeps its keys and values for its episode's next turn; free slots
+        that no waiting request fills are dropped.
+        """
+        if not requests:
+            return
         model = self.sampler()
         was_training = model.training
         model.eval()
+        device = next(model.parameters()).device
+        queue = deque(sorted(requests, key=lambda r: (r.prompt[:32], len(r.prompt))))  # shared prefix first
+        bs = max(1, self.sampling.batch_size)
+        began, outside = time.perf_counter(), 0.0
+        run: _Running | None = None
         # the sampler's precision is ``sampling.dtype``, whatever autocast the caller runs under
         # (Lightning's bf16-mixed wraps training_step, rollouts included: re-casting every weight
         # at every decoding step made sampling slower than fp32)
-        device_type = next(model.parameters()).device.type
         try:
-            with torch.autocast(device_type, enabled=False):
-                for start in range(0, len(order), bs):
-                    chunk = order[start : start + bs]
-                    samples = self._generate_batch(
-                        model, [prompts[i] for i in chunk], max_new_tokens, [rngs[i] for i in chunk]
-                    )
-                    for i, sample in zip(chunk, samples, strict=True):
-                        out[i] = sample
+            with torch.autocast(device.type, enabled=False):
+                while queue or (run is not None and run.live):
+                    live = len(run.live) if run is not None else 0
+                    joins = run is not None and run.growing and self.sampling.continuous
+                    if queue and live < bs and (run is None or not live or joins):
+                        joining = [queue.popleft() for _ in range(min(bs - live, len(queue)))]
+                        run = self._join(run, self._prefill(model, joining, device))
+                    else:
+                        assert run is not None
+                        self._step(model, run)
+                    for slot in [s for s, row in enumerate(run.rows) if row is not None and row.ended]:
+                        row = self._leave(run, slot)
+                        began_follow = time.perf_counter()
+                        queue.extend(follow(row.request, row.sample))
+                        outside += time.perf_counter() - began_follow
+                    if not queue:
+                        self._compact(run)
         finally:
             model.train(was_training)
-        return [s for s in out if s is not None]
+            self.stats.seconds += time.perf_counter() - began - outside
 
-    def _generate_batch(
-        self, model: Any, prompts: list[list[int]], max_new_tokens: int, rngs: list[torch.Generator | None]
-    ) -> list[Sample]:
-        """One batch: identical prompts (episodes whose contexts have not diverged, e.g. a group's
-        members that made the same call) are prefilled once, then every row samples on its own."""
-        began = time.perf_counter()
-        device = next(model.parameters()).device
+    def _prefill(self, model: Any, requests: list[Request], device: torch.device) -> _Running:
+        """Prefill ``requests`` together and draw their first tokens (positions from the mask, as HF's
+        ``generate`` computes them). Identical prompts (episodes whose contexts have not diverged, e.g.
+        a group's members that made the same call) are run once: their rows share that cache row until
+        :meth:`_join` copies it to each; every row draws on its own."""
+        prompts = [r.prompt for r in requests]
         source, unique = list(range(len(prompts))), prompts  # each prompt's row, the rows' prompts
         if self.sampling.share_identical:
             first: dict[tuple[int, ...], int] = {}
@@ -375,20 +510,115 @@ class GenerationEngine:
         parts = self._cached_parts(model, unique, device)
         cached = [len(p[0]) if p else 0 for p in parts]
         news = [len(q) - c for q, c in zip(unique, cached, strict=True)]
-        once = _Layout(cached=max(cached), width=max(news), lengths=cached, news=news)
-        ids, mask = self._inputs(unique, once)
-        cache = self._batch_cache(parts, once, once.cached + once.width + max_new_tokens, device)
-        layout = _Layout(once.cached, once.width, [cached[u] for u in source], [news[u] for u in source])
-        expand = None if len(unique) == len(prompts) else torch.tensor(source, device=device)
-        samples = self._decode(
-            model, prompts, ids.to(device), mask.to(device), cache, layout, max_new_tokens, rngs, expand
-        )
-        self.stats.tokens += sum(len(s.ids) for s in samples)
+        layout = _Layout(cached=max(cached), width=max(news), lengths=cached, news=news)
+        ids, mask = self._inputs(unique, layout)
+        ids, mask = ids.to(device), mask.to(device)
+        cache = self._batch_cache(parts, layout, max(r.max_new_tokens for r in requests), device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        logits = model(
+            input_ids=ids[:, layout.cached :], attention_mask=mask, position_ids=positions[:, layout.cached :],
+            cache=cache, use_cache=True, logits_to_keep=1,
+        ).logits[:, -1].float()  # fmt: skip
+        shared = len(unique) < len(prompts)
+        if shared:
+            expand = torch.tensor(source, device=device)
+            logits, mask, positions = logits[expand], mask[expand], positions[expand]
+        token, logprob = self._draw(logits, [r.rng for r in requests])
+        stops = set(self.stop_ids)
+        rows: list[_Row | None] = [
+            _Row(r, Sample([t], [lp], stopped=t in stops))
+            for r, t, lp in zip(requests, token.tolist(), logprob.tolist(), strict=True)
+        ]
+        self.stats.calls += 1
+        self.stats.steps += 1
+        self.stats.tokens += len(rows)
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
         self.stats.prefill_tokens += sum(news)
-        self.stats.seconds += time.perf_counter() - began
-        self.stats.calls += 1
-        return samples
+        return _Running(cache, mask, positions[:, -1] + 1, token, rows, source if shared else None)
+
+    def _step(self, model: Any, run: _Running) -> None:
+        """One decoding step: feed every slot its last token, draw the next one for the live rows (one
+        inverse-CDF draw per row, :meth:`_draw`: HF's multinomial draws an exponential per vocabulary
+        entry, 6 ms per step at batch 8)."""
+        mask = torch.cat([run.mask, run.mask.new_ones(len(run.rows), 1)], dim=1)
+        logits = model(
+            input_ids=run.token[:, None], attention_mask=mask, position_ids=run.pos[:, None], cache=run.cache,
+            use_cache=True, logits_to_keep=1,
+        ).logits[:, -1].float()  # fmt: skip
+        run.mask, run.pos = mask, run.pos + 1
+        live = run.live
+        rows = [row for row in run.rows if row is not None]
+        token, logprob = self._draw(logits[live], [row.request.rng for row in rows])
+        run.token[live] = token
+        stops = set(self.stop_ids)
+        for row, t, lp in zip(rows, token.tolist(), logprob.tolist(), strict=True):
+            row.sample.ids.append(t)
+            row.sample.logprobs.append(lp)
+            row.sample.stopped = t in stops
+        self.stats.steps += 1
+        self.stats.tokens += len(rows)
+
+    def _join(self, run: _Running | None, fresh: _Running) -> _Running:
+        """``fresh`` rows written into free slots of ``run`` (new slots when none is free), each
+        right-aligned at the batch's last column; the view widens when one is longer than the batch.
+        Rows that share a cache row (identical prompts) are copied to their own rows here."""
+        if run is None or not run.live:
+            if fresh.source is not None:
+                index = torch.tensor(fresh.source, device=fresh.mask.device)
+                for layer in fresh.cache.layers:
+                    layer.batch_select_indices(index)
+                fresh.source = None
+            return fresh
+        lengths = fresh.mask.sum(dim=1).tolist()
+        wider = int(max(lengths)) - run.mask.shape[1]
+        if wider > 0:
+            for layer in run.cache.layers:
+                layer.widen(wider)
+            run.mask = torch.cat([run.mask.new_zeros(len(run.rows), wider), run.mask], dim=1)
+        free = [s for s, row in enumerate(run.rows) if row is None]
+        for j, row in enumerate(fresh.rows):
+            slot = free.pop(0) if free else len(run.rows)
+            if slot == len(run.rows):
+                run.rows.append(None)
+                run.mask = torch.cat([run.mask, run.mask.new_zeros(1, run.mask.shape[1])])
+                run.pos, run.token = torch.cat([run.pos, run.pos[:1]]), torch.cat([run.token, run.token[:1]])
+            cols, src = fresh.mask[j].nonzero().squeeze(1), fresh.source[j] if fresh.source is not None else j
+            for mine, theirs in zip(run.cache.layers, fresh.cache.layers, strict=True):
+                mine.put(slot, theirs.keys[src][:, cols], theirs.values[src][:, cols])
+            run.mask[slot] = 0
+            run.mask[slot, run.mask.shape[1] - len(cols) :] = 1
+            run.pos[slot], run.token[slot], run.rows[slot] = fresh.pos[j], fresh.token[j], row
+        return run
+
+    def _leave(self, run: _Running, slot: int) -> _Row:
+        """Free ``slot``; its row's keys and values (the prompt and the sample but its last token,
+        never fed) are kept for the episode's next turn."""
+        row = run.rows[slot]
+        assert row is not None
+        run.rows[slot] = None
+        layers = run.cache.layers
+        if self.sampling.reuse_rows and run.growing:
+            cols = run.mask[slot].nonzero().squeeze(1)
+            kv = [(layer.keys[slot : slot + 1, :, cols], layer.values[slot : slot + 1, :, cols]) for layer in layers]
+            self._rows[tuple(row.request.prompt + row.sample.ids[:-1])] = kv
+            total = sum(len(k) for k in self._rows)
+            while total > self.sampling.row_cache_tokens and self._rows:
+                total -= len(self._rows.popitem(last=False)[0])
+        return row
+
+    def _compact(self, run: _Running) -> None:
+        """Drop the free slots: the rows after each one move down in place (:class:`GrowingLayer`);
+        with other cache layers, which copy every row, only once a quarter of the slots are free."""
+        live = run.live
+        if not live or len(live) == len(run.rows):
+            return
+        if not run.growing and 4 * (len(run.rows) - len(live)) < len(run.rows):
+            return
+        index = torch.tensor(live, device=run.mask.device)
+        for layer in run.cache.layers:
+            layer.batch_select_indices(index)
+        run.mask, run.pos, run.token = run.mask[index], run.pos[index], run.token[index]
+        run.rows = [run.rows[s] for s in live]
 
     def _cached_parts(
         self, model: Any, prompts: list[list[int]], device: torch.device
@@ -430,13 +660,15 @@ class GenerationEngine:
         return ids, mask
 
     def _batch_cache(
-        self, parts: list[tuple[tuple[int, ...], KV] | None], layout: _Layout, capacity: int, device: torch.device
+        self, parts: list[tuple[tuple[int, ...], KV] | None], layout: _Layout, room: int, device: torch.device
     ) -> DynamicCache:
         """A cache holding each row's cached part right-aligned at column ``cached``: of
-        :class:`GrowingLayer` (storage for ``capacity`` tokens) when the model's layers are plain."""
+        :class:`GrowingLayer` when the model's layers are plain, with storage for the prompts and
+        ``room`` sampled tokens, and ``LEAD`` spare columns on the left for longer rows joining later."""
         config = _config(self.model)
         growing = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
-        size = capacity if growing else layout.cached
+        lead = LEAD if growing else 0
+        size = lead + layout.cached + layout.width + room if growing else layout.cached
         data: KV = []
         some = next((p[1] for p in parts if p is not None), None)
         for i, (k0, v0) in enumerate(some if some is not None and layout.cached else []):
@@ -444,34 +676,17 @@ class GenerationEngine:
             v = v0.new_zeros(len(parts), v0.shape[1], size, v0.shape[3], device=device)
             for row, part in enumerate(parts):
                 if part is not None:
-                    cols = slice(layout.cached - layout.lengths[row], layout.cached)
+                    cols = slice(lead + layout.cached - layout.lengths[row], lead + layout.cached)
                     k[row, :, cols], v[row, :, cols] = part[1][i][0][0], part[1][i][1][0]
             data.append((k, v))
         if not growing:  # sliding-window or other special layers: the default cache
             return DynamicCache(ddp_cache_data=data or None, config=config)
         cache = DynamicCache(config=config)
-        layers = [GrowingLayer(capacity) for _ in cache.layers]
+        layers = [GrowingLayer(lead + layout.cached + layout.width + room, lead) for _ in cache.layers]
         for layer, (k, v) in zip(layers, data, strict=False):
-            layer.hold(k, v, layout.cached)
+            layer.hold(k, v, layout.cached, lo=lead)
         cache.layers = list(layers)
         return cache
-
-    def _keep_rows(
-        self, cache: Any, rows: list[tuple[int, int]], prompts: list[list[int]], samples: list[Sample], layout: _Layout
-    ) -> None:
-        """Keep the keys and values of ``rows`` (``(batch row, prompt index)`` pairs): the prompt and
-        the sample but its last token (never fed)."""
-        layers = cache.layers
-        if not self.sampling.reuse_rows or not all(isinstance(layer, GrowingLayer) for layer in layers):
-            return
-        for row, i in rows:
-            ids = samples[i].ids
-            index = layout.row_index(i, len(ids) - 1).to(layers[0].keys.device)
-            kv = [(layer.keys[row : row + 1, :, index], layer.values[row : row + 1, :, index]) for layer in layers]
-            self._rows[tuple(prompts[i] + ids[:-1])] = kv
-        total = sum(len(k) for k in self._rows)
-        while total > self.sampling.row_cache_tokens and self._rows:
-            total -= len(self._rows.popitem(last=False)[0])
 
     def _shared_length(self, prompts: list[list[int]]) -> int:
         """Length of the common prefix worth caching (0 when sharing is off or it is too short).
@@ -495,64 +710,6 @@ class GenerationEngine:
             self._prefixes[prefix] = [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
             self.stats.prefill_tokens += len(prefix)
         return self._prefixes[prefix]
-
-    def _decode(
-        self,
-        model: Any,
-        prompts: list[list[int]],
-        ids: torch.Tensor,
-        mask: torch.Tensor,
-        cache: Any,
-        layout: _Layout,
-        max_new_tokens: int,
-        rngs: list[torch.Generator | None],
-        expand: torch.Tensor | None = None,
-    ) -> list[Sample]:
-        """Prefill the uncached columns of ``ids`` onto ``cache``, then sample one token per row and step.
-
-        ``ids``, ``mask`` and ``cache`` hold one row per distinct prompt; ``expand`` (prompt → row),
-        when some prompts repeat, copies the prefilled rows to one per prompt before the first draw.
-        A plain loop over the model (positions from the mask, as ``generate`` computes them): per
-        step one forward with the new tokens and one draw per row by inverse CDF (HF's multinomial
-        draws an exponential per vocabulary entry: 6 ms per step at batch 8). When a quarter of the
-        rows still in the batch have stopped, their keys and values are kept and the rows leave the
-        batch, so the rest decode at a smaller batch.
-        """
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        step_ids, step_pos = ids[:, layout.cached :], positions[:, layout.cached :]
-        stops = set(self.stop_ids)
-        rows = list(range(len(prompts)))  # prompt index of each batch row
-        out = [Sample([], [], stopped=False) for _ in prompts]
-        for step in range(max_new_tokens):
-            logits = model(
-                input_ids=step_ids, attention_mask=mask, position_ids=step_pos, cache=cache, use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1].float()  # fmt: skip
-            self.stats.steps += 1
-            if step == 0 and expand is not None:
-                for layer in cache.layers:
-                    layer.batch_select_indices(expand)
-                logits, mask, step_pos = logits[expand], mask[expand], step_pos[expand]
-            token, logprob = self._draw(logits, [rngs[i] for i in rows])
-            for i, t, lp in zip(rows, token.tolist(), logprob.tolist(), strict=True):
-                if not out[i].stopped:
-                    out[i].ids.append(t)
-                    out[i].logprobs.append(lp)
-                    out[i].stopped = t in stops
-            finished = [b for b, i in enumerate(rows) if out[i].stopped]
-            if len(finished) == len(rows) or step + 1 == max_new_tokens:
-                break
-            if 4 * len(finished) >= len(rows):
-                self._keep_rows(cache, [(b, rows[b]) for b in finished], prompts, out, layout)
-                keep = [b for b in range(len(rows)) if b not in set(finished)]
-                index = torch.tensor(keep, device=ids.device)
-                for layer in cache.layers:
-                    layer.batch_select_indices(index)
-                mask, token, step_pos, rows = mask[index], token[index], step_pos[index], [rows[b] for b in keep]
-            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-            step_ids, step_pos = token[:, None], step_pos[:, -1:] + 1
-        self._keep_rows(cache, list(enumerate(rows)), prompts, out, layout)
-        return out
 
     def _draw(
         self, logits: torch.Tensor, rngs: list[torch.Generator | None] | None = None
