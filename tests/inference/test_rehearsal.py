@@ -32,7 +32,10 @@ def short() -> list[Task]:
 
 
 class Scripted(ScriptedEngine):
-    """Acts ``pwd`` then a closing text per turn; rehearses a fixed result; records every batch."""
+    """Acts ``pwd`` then a closing text per turn; rehearses a fixed result; records every batch (it
+    stands in for a sampling engine: batched with the other episodes, not written at once)."""
+
+    instant = False
 
     def __init__(self, tokenizer):
         super().__init__(tokenizer, [tokenizer.eos_token_id])

@@ -103,6 +103,24 @@ def test_an_episode_samples_the_same_tokens_alone_or_in_a_group(tokenizer, tiny_
         rollout.run([task], 4, seeds=seeds[:3])
 
 
+def test_continuous_and_lockstep_rollouts_sample_the_same_episodes(tokenizer, tiny_model, bfcl_tasks) -> None:
+    """With continuous batching an episode's next turn joins the rows still decoding; its tokens stay
+    those of its own stream, in fewer forwards."""
+    tasks = [bfcl_tasks["multi_turn_base_1"], bfcl_tasks["multi_turn_base_2"]]
+    limits = RolloutLimits(max_steps_per_turn=2, max_new_tokens=24)
+
+    def roll(continuous: bool) -> tuple[list[list[int]], GenerationEngine]:
+        engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16, continuous=continuous))
+        engine.stop_ids = list(range(0, 49152, 8))  # an eighth of the ids end a turn: turns end at different steps
+        rollout = make_rollout(engine, tokenizer, FMT, PolicyRehearsal(12), limits)
+        return [ep.ids for ep in rollout.run(tasks, 3, seeds=list(range(6)))], engine
+
+    joined, engine = roll(continuous=True)
+    lockstep, other = roll(continuous=False)
+    assert joined == lockstep
+    assert engine.stats.tokens == other.stats.tokens and engine.stats.steps < other.stats.steps
+
+
 def test_oracle_with_real_environment_reproduces_grounding(tokenizer, bfcl_tasks) -> None:
     task = bfcl_tasks["multi_turn_base_1"]
     oracle = OracleEngine(tokenizer, [tokenizer.eos_token_id])

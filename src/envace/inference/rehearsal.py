@@ -24,19 +24,18 @@ committed tokens (what it generated in the committed episode) and from the memor
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from envace.inference.memory import Attempt, render_memory
 from envace.protocol.episode import EpisodeBuilder, PieceEncoder
 from envace.protocol.render import ChatFormat
-from envace.rollout.engine import Engine
-from envace.rollout.loop import Episode, Rollout, RolloutLimits, UserHook, scripted_user
+from envace.rollout.engine import Engine, EngineStats, Sample
+from envace.rollout.loop import Episode, Rollout, RolloutLimits, UserHook, Wait, scripted_user
 from envace.rollout.responders import PolicyRehearsal, Responder
-from envace.types import ROLE_IDS, Task
+from envace.types import ROLE_IDS
 
 Mode = Literal["none", "parallel", "sequential"]
 _UNREHEARSED = "rehearsal_pending"
@@ -176,13 +175,14 @@ class RehearsingRollout(Rollout):
             engine, fmt, encode, imagine or PolicyRehearsal(self.rehearsal.rehearse_tokens), imagined_limits,
             user=_end_of_turn, validate_calls=validate_calls,
         )  # fmt: skip
+        self._imagining = _Imagining(self)
 
-    def run(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> list[Episode]:
-        """As :meth:`Rollout.run`, with every new user turn rehearsed before its first act step."""
-        self.engine.reset_cache()
-        episodes = self._episodes(tasks, group_size, seeds)
-        _drive(self, episodes, before_act=self.rehearse)
-        return episodes
+    def _next(self, ep: Episode) -> Wait | None:
+        """As :meth:`Rollout._next`; an episode that has begun a user turn first waits for its
+        rehearsal, which runs for all episodes waiting for theirs together."""
+        if not ep.done and not ep.pending and ep.scratch.get(_UNREHEARSED):
+            return Wait(ep, self._imagining, [], 0, _nothing)
+        return super()._next(ep)
 
     def _next_user_turn(self, ep: Episode) -> None:
         super()._next_user_turn(ep)
@@ -205,7 +205,7 @@ class RehearsingRollout(Rollout):
                     if attempts[id(ep)]:  # sequential: the memory of the attempts so far
                         im.builder.context(self.fmt.system(self._note(attempts[id(ep)]), []))
                     batch.append((ep, im, len(ep.ids)))
-            _drive(self.imagination, [im for _, im, _ in batch])
+            self.imagination._drive([im for _, im, _ in batch])
             for ep, im, start in batch:
                 attempts[id(ep)].append(attempt_of(im, ep, start))
         for ep in fresh:
@@ -217,21 +217,24 @@ class RehearsingRollout(Rollout):
         return render_memory(attempts, self.rehearsal.max_chars)
 
 
-def _drive(
-    rollout: Rollout, episodes: list[Episode], before_act: Callable[[list[Episode]], None] | None = None
-) -> None:
-    """Step ``episodes`` through ``rollout`` until all are done: act, then answer pending calls."""
-    while True:
-        if before_act is not None:
-            before_act(episodes)
-        acting = [e for e in episodes if not e.done and not e.pending]
-        if acting:
-            rollout._act(acting)
-        answering = [e for e in episodes if not e.done and e.pending]
-        if answering:
-            rollout._respond(answering)
-        if not acting and not answering:
-            return
+class _Imagining:
+    """Stands in for an engine in :meth:`Rollout._drive`: "generating" for the episodes waiting for
+    their rehearsal rehearses their current user turns, all together."""
+
+    def __init__(self, rollout: RehearsingRollout) -> None:
+        self.rollout = rollout
+        self.stats = EngineStats()
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, episodes: Any = None) -> list[Sample]:
+        self.rollout.rehearse(list(episodes))
+        return [Sample([], [], stopped=True) for _ in prompts]
+
+    def reset_cache(self) -> None:
+        """Nothing is cached."""
+
+
+def _nothing(sample: Sample) -> None:
+    """What a rehearsal's stand-in sample adds to the episode (the note is already there)."""
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """The world-rehearsal rollout: act → parse calls → respond → act … per user turn.
 
-One loop serves the method and every baseline: the responder decides who answers a call. All active
-episodes (G samples of each of several tasks) generate together at every step.
+One loop serves the method and every baseline: the responder decides who answers a call. Each
+episode moves on by itself through everything that needs no generation (parsing, real environments,
+limits) and then waits for a generation (its act, or the rehearsal of a call); the waiting
+generations of all episodes (G samples of each of several tasks) are batched per engine. With the
+engine's continuous batching an episode whose generation ends moves on at once, and its next
+generation joins the rows still decoding (``SamplingConfig.continuous``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,8 +23,8 @@ from envace.envs import Environment, make_environment
 from envace.protocol import parse_act
 from envace.protocol.episode import EpisodeBuilder, EpisodeTensors, PieceEncoder
 from envace.protocol.render import ChatFormat
-from envace.rollout.engine import Engine, Sample
-from envace.rollout.responders import Responder, ToolTurn
+from envace.rollout.engine import Engine, Request, Sample
+from envace.rollout.responders import Generation, Responder, ToolTurn
 from envace.types import JSON, ROLE_IDS, CallRecord, Message, Task, ToolCall, Trajectory, error_observation
 
 
@@ -127,6 +132,23 @@ class RolloutStats:
     generated_tokens_per_s: float = 0.0
 
 
+@dataclass
+class Wait:
+    """A generation an episode waits for: ``max_new_tokens`` after ``prompt`` from ``engine``; ``done``
+    records the sample in the episode."""
+
+    episode: Episode
+    engine: Engine
+    prompt: list[int]
+    max_new_tokens: int
+    done: Callable[[Sample], None]
+    own_stream: bool = True
+
+    def request(self) -> Request:
+        """The engine's request (a copy of the prompt: the episode's ids grow once the sample is in)."""
+        return Request(list(self.prompt), self.max_new_tokens, self.episode.rng if self.own_stream else None, self)
+
+
 class Rollout:
     """Runs groups of episodes to completion.
 
@@ -169,15 +191,82 @@ class Rollout:
         """
         self.engine.reset_cache()  # the weights may have changed since the last rollout
         episodes = self._episodes(tasks, group_size, seeds)
+        self._drive(episodes)
+        return episodes
+
+    def _drive(self, episodes: list[Episode]) -> None:
+        """Run ``episodes`` to their end: the generations they wait for are batched per engine (and,
+        for engines that cannot stream, per token budget); an engine that streams (continuous
+        batching) runs each episode's next generation as soon as its previous one ends. Scripted
+        engines (``instant``) write their turns at once, in the episode's own course."""
+        waiting = [w for ep in episodes if (w := self._resume(ep)) is not None]
+        while waiting:
+            engine, budget = waiting[0].engine, waiting[0].max_new_tokens
+            stream = getattr(engine, "stream", None)
+            batch = [w for w in waiting if w.engine is engine and (stream is not None or w.max_new_tokens == budget)]
+            taken = {id(w) for w in batch}
+            waiting = [w for w in waiting if id(w) not in taken]
+            if stream is not None:
+                later: list[Wait] = []
+
+                def follow(
+                    request: Request, sample: Sample, engine: Engine = engine, later: list[Wait] = later
+                ) -> list[Request]:
+                    nxt = self._resume(request.tag.episode, request.tag, sample)
+                    if nxt is not None and nxt.engine is engine:
+                        return [nxt.request()]
+                    later.extend([nxt] if nxt is not None else [])
+                    return []
+
+                stream([w.request() for w in batch], follow)
+                waiting += later
+            else:
+                samples = engine.generate([w.prompt for w in batch], budget, [w.episode for w in batch])
+                for w, sample in zip(batch, samples, strict=True):
+                    if (nxt := self._resume(w.episode, w, sample)) is not None:
+                        waiting.append(nxt)
+
+    def _resume(self, ep: Episode, wait: Wait | None = None, sample: Sample | None = None) -> Wait | None:
+        """Record ``sample`` (of ``wait``) in ``ep`` and move it on to the next generation it waits for
+        from an engine that is not instant (a scripted engine's turn is written here and now)."""
         while True:
-            acting = [e for e in episodes if not e.done and not e.pending]
-            if acting:
-                self._act(acting)
-            answering = [e for e in episodes if not e.done and e.pending]
-            if answering:
-                self._respond(answering)
-            if not acting and not answering:
-                return episodes
+            if wait is not None and sample is not None:
+                wait.done(sample)
+            wait = self._next(ep)
+            if wait is None or not getattr(wait.engine, "instant", False):
+                return wait
+            sample = wait.engine.generate([wait.prompt], wait.max_new_tokens, [ep])[0]
+
+    def _next(self, ep: Episode) -> Wait | None:
+        """Move ``ep`` on through whatever needs no generation (invalid calls, responders that answer
+        at once, limits, user turns); the generation it waits for next, or ``None`` once it is done."""
+        while not ep.done:
+            if not ep.pending:
+                if ep.steps_in_turn >= self.limits.max_steps_per_turn:
+                    ep.finish("max_steps")
+                elif self._room(ep, self.limits.max_new_tokens):
+                    ep.builder.context(self.fmt.assistant().header)
+                    return Wait(ep, self.engine, ep.ids, self.limits.max_new_tokens, partial(self._record_act, ep))
+                continue
+            call, error = ep.pending[0]
+            if call is None:  # an invalid call: its error is the tool turn
+                ep.pending.pop(0)
+                self._context_tool_turn(ep, error)
+                continue
+            if not self._room(ep, 64):
+                continue
+            gen = self.responder.generation(ep, call)
+            if gen is None:
+                ep.pending.pop(0)
+                self._record_response(ep, call, self.responder.respond([ep], [call])[0])
+                continue
+            return Wait(ep, gen.engine, gen.prompt, gen.max_new_tokens, partial(self._answered, ep, call, gen),
+                        gen.own_stream)  # fmt: skip
+        return None
+
+    def _answered(self, ep: Episode, call: ToolCall, gen: Generation, sample: Sample) -> None:
+        ep.pending.pop(0)
+        self._record_response(ep, call, gen.turn(sample))
 
     def _episodes(self, tasks: list[Task], group_size: int, seeds: list[int] | None) -> list[Episode]:
         """The episodes of a rollout, started, each with its random stream."""
@@ -219,18 +308,6 @@ class Rollout:
             return False
         return True
 
-    def _act(self, episodes: list[Episode]) -> None:
-        ready = []
-        for ep in episodes:
-            if ep.steps_in_turn >= self.limits.max_steps_per_turn:
-                ep.finish("max_steps")
-            elif self._room(ep, self.limits.max_new_tokens):
-                ep.builder.context(self.fmt.assistant().header)
-                ready.append(ep)
-        samples = self.engine.generate([e.ids for e in ready], self.limits.max_new_tokens, ready)
-        for ep, sample in zip(ready, samples, strict=True):
-            self._record_act(ep, sample)
-
     def _record_act(self, ep: Episode, sample: Sample) -> None:
         ep.builder.sampled(sample.ids, "act", sample.logprobs)
         ep.steps_in_turn += 1
@@ -246,23 +323,6 @@ class Rollout:
             ep.pending = list(zip(parsed.calls, parsed.errors, strict=True))
         else:
             self._next_user_turn(ep)
-
-    def _respond(self, episodes: list[Episode]) -> None:
-        """Answer the first pending call of every episode; invalid calls get their error as context."""
-        valid: list[tuple[Episode, ToolCall]] = []
-        for ep in episodes:
-            call, error = ep.pending[0]
-            if call is None:
-                ep.pending.pop(0)
-                self._context_tool_turn(ep, error)
-            elif self._room(ep, 64):
-                valid.append((ep, call))
-        if not valid:
-            return
-        eps, calls = [v[0] for v in valid], [v[1] for v in valid]
-        for ep, call, turn in zip(eps, calls, self.responder.respond(eps, calls), strict=True):
-            ep.pending.pop(0)
-            self._record_response(ep, call, turn)
 
     def _record_response(self, ep: Episode, call: ToolCall, turn: ToolTurn) -> None:
         if turn.rehearsed:

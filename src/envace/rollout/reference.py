@@ -7,7 +7,7 @@ tokenised like any sampled turn, so the same rollout loop, responders and scorer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from envace.protocol import render_calls
 from envace.rollout.engine import EngineStats, Sample
@@ -31,6 +31,8 @@ class ScriptedEngine:
     tokenizer: Any
     stop_ids: list[int]
     stats: EngineStats = field(default_factory=EngineStats)
+    #: its turns cost nothing to write: the rollout writes each one as soon as the episode needs it
+    instant: ClassVar[bool] = True
 
     def reset_cache(self) -> None:
         """Nothing is cached."""

@@ -5,18 +5,21 @@
 * :class:`ExternalSimulator` — a separate frozen model with a ``separate`` simulator prompt (context);
 * :class:`Replay` — recorded responses matched by tool name and arguments (context).
 
-A responder answers one call for each of several episodes at once, so generation stays batched.
+A responder either answers a call at once (``respond``) or says what generation writes the answer
+(``generation``): the rollout then batches that generation with the other episodes' (continuous
+batching joins it to the running batch of its engine).
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envace.protocol import parse_rehearsal, tool_name
-from envace.rollout.engine import Engine
+from envace.rollout.engine import Engine, Sample
 from envace.types import JSON, ToolCall, error_observation
 
 if TYPE_CHECKING:
@@ -37,6 +40,18 @@ class ToolTurn:
         return self.ids is not None
 
 
+@dataclass
+class Generation:
+    """A tool turn written by sampling: ``max_new_tokens`` after ``prompt`` from ``engine``, the sample
+    made into the turn by ``turn``; ``own_stream``: drawn from the episode's random stream."""
+
+    engine: Engine
+    prompt: list[int]
+    max_new_tokens: int
+    turn: Callable[[Sample], ToolTurn]
+    own_stream: bool = True
+
+
 class Responder(ABC):
     """Answers the next pending call of each episode."""
 
@@ -46,6 +61,10 @@ class Responder(ABC):
     @abstractmethod
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
         """One :class:`ToolTurn` per (episode, call) pair, in order."""
+
+    def generation(self, episode: Episode, call: ToolCall) -> Generation | None:
+        """The generation that writes the answer to ``call``, or ``None`` when :meth:`respond` answers it."""
+        return None
 
     def bind(self, engine: Engine, tokenizer: Any) -> None:  # noqa: B027 - optional hook
         """Give the responder the policy's engine and tokenizer (called once by the rollout)."""
@@ -68,15 +87,18 @@ class PolicyRehearsal(Responder):
         self.engine = self.engine or engine
         self.tokenizer = tokenizer
 
-    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+    def generation(self, episode: Episode, call: ToolCall) -> Generation:
         assert self.engine is not None, "PolicyRehearsal.bind() was not called"
-        prompts = [e.open_tool_turn() for e in episodes]
-        samples = self.engine.generate(prompts, self.max_new_tokens, episodes)
-        turns = []
-        for s in samples:
-            text = self.tokenizer.decode(s.ids, skip_special_tokens=True)
-            turns.append(ToolTurn(parse_rehearsal(text), s.ids, s.logprobs, s.stopped))
-        return turns
+        return Generation(self.engine, episode.open_tool_turn(), self.max_new_tokens, self._turn)
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
+        samples = gens[0].engine.generate([g.prompt for g in gens], self.max_new_tokens, episodes) if gens else []
+        return [self._turn(s) for s in samples]
+
+    def _turn(self, sample: Sample) -> ToolTurn:
+        text = self.tokenizer.decode(sample.ids, skip_special_tokens=True)
+        return ToolTurn(parse_rehearsal(text), sample.ids, sample.logprobs, sample.stopped)
 
 
 class RealEnvironment(Responder):
@@ -170,11 +192,16 @@ class ExternalSimulator(Responder):
         text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return text
 
-    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+    def generation(self, episode: Episode, call: ToolCall) -> Generation:
+        """The simulator's own prompt; it samples from the global stream (its responses are context)."""
         assert self.engine is not None, "ExternalSimulator.bind() was not called"
-        prompts = [
-            self.tokenizer(self.prompt(e, c), add_special_tokens=False)["input_ids"]
-            for e, c in zip(episodes, calls, strict=True)
-        ]
-        samples = self.engine.generate(prompts, self.max_new_tokens)
-        return [ToolTurn(parse_rehearsal(self.tokenizer.decode(s.ids, skip_special_tokens=True))) for s in samples]
+        prompt = self.tokenizer(self.prompt(episode, call), add_special_tokens=False)["input_ids"]
+        return Generation(self.engine, prompt, self.max_new_tokens, self._turn, own_stream=False)
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
+        samples = gens[0].engine.generate([g.prompt for g in gens], self.max_new_tokens) if gens else []
+        return [self._turn(s) for s in samples]
+
+    def _turn(self, sample: Sample) -> ToolTurn:
+        return ToolTurn(parse_rehearsal(self.tokenizer.decode(sample.ids, skip_special_tokens=True)))
