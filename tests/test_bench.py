@@ -52,6 +52,9 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert ro["row_reuse"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
     assert ro["identical_prompts"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
     assert set(ro["bf16_sampling"]["gain_batched"]) == {"act", "rehearse"}
+    for role in ("act", "rehearse"):  # lockstep: the same tokens, in at least as many forwards
+        lockstep, continuous = ro["continuous"][role]["lockstep"], ro["policy_weights"][role]["batched"]
+        assert lockstep["tokens"] == continuous["tokens"] and lockstep["decode_steps"] >= continuous["decode_steps"]
 
     layout = report["layout"]
     mean = layout["mean_tokens_per_episode"]

@@ -121,7 +121,8 @@ def _both(pairs: dict[str, Any]) -> float | None:
 def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, rehearse_tokens: int) -> dict[str, Any]:
     """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
     without prepacked weights (before/after); the batched rehearsal without row reuse and without
-    sharing identical prompts' prefill (before/after each)."""
+    sharing identical prompts' prefill, and both roles' batches in lockstep instead of continuous
+    batching (before/after each)."""
     base = module.sampling
     settings = {
         "policy_weights": base,
@@ -143,6 +144,13 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
                       SamplingConfig(**{**vars(base), off: False}), rehearse_tokens)  # fmt: skip
         before.pop("episode_tokens")
         out[key] = {"without": before, "speedup": _ratio(after, before["tokens_per_s"])}
+    lockstep = SamplingConfig(**{**vars(base), "continuous": False})
+    out["continuous"] = {}
+    for role, budget in {"act": act_tokens, "rehearse": rehearse_tokens}.items():
+        before = _run(module, task, role, list(range(group_size)), group_size, lockstep, budget)
+        before.pop("episode_tokens")
+        after = out["policy_weights"][role]["batched"]["tokens_per_s"]
+        out["continuous"][role] = {"lockstep": before, "speedup": _ratio(after, before["tokens_per_s"])}
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
         "oracle engine, every tool response written by the model; sequential = the batched group's episodes "
@@ -150,7 +158,9 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
         "generated tokens per model forward (how full the batch ran); policy_weights "
         "samples in fp32, bf16_sampling in bfloat16, both through oneDNN-prepacked weights "
         "(sampling.pack_weights); unpacked: fp32 with the plain linear layers (before that change), gain_batched = "
-        "packed / unpacked batched rate"
+        "packed / unpacked batched rate; continuous: the batched group with continuous batching (an episode's next "
+        "generation joins the rows still decoding) over lockstep (sampling.continuous=false: the next generations "
+        "wait for the whole batch to end); generate_calls counts prefills"
     )
     return out
 
