@@ -70,7 +70,23 @@ class Responder(ABC):
         """Give the responder the policy's engine and tokenizer (called once by the rollout)."""
 
 
-class PolicyRehearsal(Responder):
+class SamplingResponder(Responder):
+    """A responder whose answers are sampled (:meth:`generation`); :meth:`respond` samples them for
+    several episodes in one batch (the rollout itself streams the generations)."""
+
+    @abstractmethod
+    def generation(self, episode: Episode, call: ToolCall) -> Generation: ...
+
+    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
+        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
+        if not gens:
+            return []
+        streams = episodes if gens[0].own_stream else None
+        samples = gens[0].engine.generate([g.prompt for g in gens], gens[0].max_new_tokens, streams)
+        return [g.turn(s) for g, s in zip(gens, samples, strict=True)]
+
+
+class PolicyRehearsal(SamplingResponder):
     """The policy plays the environment inline: tool-turn header, then it samples the body.
 
     Args:
@@ -90,11 +106,6 @@ class PolicyRehearsal(Responder):
     def generation(self, episode: Episode, call: ToolCall) -> Generation:
         assert self.engine is not None, "PolicyRehearsal.bind() was not called"
         return Generation(self.engine, episode.open_tool_turn(), self.max_new_tokens, self._turn)
-
-    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
-        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
-        samples = gens[0].engine.generate([g.prompt for g in gens], self.max_new_tokens, episodes) if gens else []
-        return [self._turn(s) for s in samples]
 
     def _turn(self, sample: Sample) -> ToolTurn:
         text = self.tokenizer.decode(sample.ids, skip_special_tokens=True)
@@ -140,7 +151,7 @@ Tool schema:
 Answer the new call exactly as the real tool would: write {{open}}<JSON object or array>{{close}} and nothing else."""
 
 
-class ExternalSimulator(Responder):
+class ExternalSimulator(SamplingResponder):
     """A separate frozen model answers calls from a ``separate`` simulator prompt (upstream's
     simulator baseline): the tool's schema, few-shot real results when the task has recorded ones,
     the history of calls, and the call. Its responses are context: the policy is not trained on them.
@@ -197,11 +208,6 @@ class ExternalSimulator(Responder):
         assert self.engine is not None, "ExternalSimulator.bind() was not called"
         prompt = self.tokenizer(self.prompt(episode, call), add_special_tokens=False)["input_ids"]
         return Generation(self.engine, prompt, self.max_new_tokens, self._turn, own_stream=False)
-
-    def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
-        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
-        samples = gens[0].engine.generate([g.prompt for g in gens], self.max_new_tokens) if gens else []
-        return [self._turn(s) for s in samples]
 
     def _turn(self, sample: Sample) -> ToolTurn:
         return ToolTurn(parse_rehearsal(self.tokenizer.decode(sample.ids, skip_special_tokens=True)))
