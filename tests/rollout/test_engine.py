@@ -268,3 +268,43 @@ def test_continuations_join_the_running_batch_and_sample_as_in_lockstep(tiny_mod
     for prompt, s in joined.values():
         fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
         torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
+
+
+def test_micro_batches_sample_what_one_batch_samples(tiny_model) -> None:
+    """More requests than ``batch_size``: the waiting ones take the slots that ending rows free."""
+    torch.manual_seed(3)
+    prompts = [torch.randint(10, 1000, (n,)).tolist() for n in (12, 20, 16, 30, 25)]
+
+    def run(batch_size: int) -> list[list[int]]:
+        sampling = SamplingConfig(min_prefix=8, batch_size=batch_size)
+        engine = GenerationEngine(tiny_model, stop_ids=list(range(0, 49152, 5)), pad_id=2, sampling=sampling)
+        rngs = [SimpleNamespace(rng=torch.Generator().manual_seed(i)) for i in range(len(prompts))]
+        return [s.ids for s in engine.generate(prompts, 8, rngs)]
+
+    assert run(batch_size=2) == run(batch_size=16)
+
+
+def test_sliding_window_models_sample_exactly_without_shared_caches() -> None:
+    """A model whose cache layers keep only a window (Mistral) gets no prefix or row caches and no
+    joins into a running batch (turns that rows ask for wait for the batch to end); log-probs stay exact."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=16)  # fmt: skip
+    model = MistralForCausalLM(config).eval()
+    engine = GenerationEngine(model, stop_ids=list(range(0, 1000, 4)), pad_id=0, sampling=SamplingConfig(min_prefix=8))
+    prefix = torch.randint(10, 1000, (40,)).tolist()
+    prompts = [prefix + [5, 6, 7], prefix + [8, 9], prefix[:30]]
+    seen: list[tuple[list[int], Any]] = []
+
+    def follow(request: Request, sample: Any) -> list[Request]:
+        seen.append((request.prompt, sample))
+        return [] if request.tag else [Request(request.prompt + sample.ids + [11], 6, tag=1)]
+
+    engine.stream([Request(p, 6) for p in prompts], follow)
+    assert len(seen) == 6
+    assert engine.stats.prefill_tokens == engine.stats.prompt_tokens  # nothing came from a cache
+    for prompt, s in seen:
+        fresh = _fresh_logprobs(model, prompt + s.ids, len(s.ids))
+        torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)

@@ -624,7 +624,10 @@ class GenerationEngine:
         self, model: Any, prompts: list[list[int]], device: torch.device
     ) -> list[tuple[tuple[int, ...], KV] | None]:
         """Per prompt, ``(cached ids, their keys and values [1, ...])`` or ``None``: the longest kept
-        row or prefix that starts it, else the prefix that two or more rows without one share."""
+        row or prefix that starts it, else the prefix that two or more rows without one share. Never
+        for models whose cache layers are not plain (sliding windows keep only their last tokens)."""
+        if not self._plain_layers():
+            return [None] * len(prompts)
         parts: list[tuple[tuple[int, ...], KV] | None] = [self._hit(p) for p in prompts]
         missing = [p for p, hit in zip(prompts, parts, strict=True) if hit is None]
         shared = self._shared_length(missing) if len(missing) > 1 else 0
@@ -666,7 +669,7 @@ class GenerationEngine:
         :class:`GrowingLayer` when the model's layers are plain, with storage for the prompts and
         ``room`` sampled tokens, and ``LEAD`` spare columns on the left for longer rows joining later."""
         config = _config(self.model)
-        growing = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+        growing = self._plain_layers()
         lead = LEAD if growing else 0
         size = lead + layout.cached + layout.width + room if growing else layout.cached
         data: KV = []
@@ -687,6 +690,11 @@ class GenerationEngine:
             layer.hold(k, v, layout.cached, lo=lead)
         cache.layers = list(layers)
         return cache
+
+    def _plain_layers(self) -> bool:
+        """Whether the model's cache layers are plain :class:`DynamicLayer` (no sliding window): the
+        engine then keeps and joins rows in :class:`GrowingLayer` storage."""
+        return all(type(layer) is DynamicLayer for layer in DynamicCache(config=_config(self.model)).layers)
 
     def _shared_length(self, prompts: list[list[int]]) -> int:
         """Length of the common prefix worth caching (0 when sharing is off or it is too short).
