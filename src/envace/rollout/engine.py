@@ -322,6 +322,10 @@ class Request:
     rng: torch.Generator | None = None
     tag: Any = None
 
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+
 
 Follow = Callable[[Request, Sample], list[Request]]
 
