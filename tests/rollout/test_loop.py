@@ -11,6 +11,7 @@ from envace.data.sources import load_source
 from envace.protocol.render import HermesFormat
 from envace.rewards import compute_reward
 from envace.rollout import (
+    ExternalSimulator,
     GenerationEngine,
     PolicyRehearsal,
     RealEnvironment,
@@ -119,6 +120,21 @@ def test_continuous_and_lockstep_rollouts_sample_the_same_episodes(tokenizer, ti
     lockstep, other = roll(continuous=False)
     assert joined == lockstep
     assert engine.stats.tokens == other.stats.tokens and engine.stats.steps < other.stats.steps
+
+
+def test_an_external_simulator_answers_every_call_as_context(tokenizer, tiny_model, bfcl_tasks) -> None:
+    """Two engines in one rollout: the oracle acts at once, a separate model writes each response from
+    its simulator prompt (context, not trained on); every gold call gets its turn."""
+    task = bfcl_tasks["multi_turn_base_1"]
+    engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
+    simulator = ExternalSimulator(max_new_tokens=6, engine=engine, tokenizer=tokenizer)
+    rollout = make_rollout(OracleEngine(tokenizer, engine.stop_ids), tokenizer, FMT, simulator)
+    episodes = rollout.run([task], 2, seeds=[1, 2])
+    calls = sum(len(turn) for turn in task.gold)
+    for ep in episodes:
+        assert [r.call for r in ep.calls] == [c for turn in task.gold for c in turn]
+        assert ep.role_tokens()["rehearse"] == 0 and not ep.flags
+    assert 2 * calls <= engine.stats.tokens <= 2 * calls * 6  # one simulated response per call
 
 
 def test_oracle_with_real_environment_reproduces_grounding(tokenizer, bfcl_tasks) -> None:

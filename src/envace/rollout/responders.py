@@ -148,7 +148,7 @@ Tool schema:
 {schema}
 {examples}Calls so far in this session and their results:
 {history}
-Answer the new call exactly as the real tool would: write {{open}}<JSON object or array>{{close}} and nothing else."""
+Answer the new call exactly as the real tool would: write {open}<JSON object or array>{close} and nothing else."""
 
 
 class ExternalSimulator(SamplingResponder):
@@ -198,7 +198,9 @@ class ExternalSimulator(SamplingResponder):
             schema=json.dumps(tools.get(call.name, {})),
             examples=examples,
             history=history or "(none)",
-        ).format(open=RESULT_OPEN, close=RESULT_CLOSE)
+            open=RESULT_OPEN,
+            close=RESULT_CLOSE,
+        )  # one pass: a second ``format`` would read the schema's braces as fields
         messages = [{"role": "system", "content": body}, {"role": "user", "content": json.dumps(call.to_dict())}]
         text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return text
