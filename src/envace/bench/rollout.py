@@ -138,19 +138,21 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
     out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
     out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
-    after = out["policy_weights"]["rehearse"]["batched"]["tokens_per_s"]
+
+    def before(role: str, change: dict[str, Any], budget: int) -> tuple[dict[str, Any], float | None]:
+        """The role's batched group with ``change`` to the sampling, and the fp32 batched rate over it."""
+        run = _run(module, task, role, list(range(group_size)), group_size, SamplingConfig(**{**vars(base), **change}),
+                   budget)  # fmt: skip
+        run.pop("episode_tokens")
+        return run, _ratio(out["policy_weights"][role]["batched"]["tokens_per_s"], run["tokens_per_s"])
+
     for key, off in {"row_reuse": "reuse_rows", "identical_prompts": "share_identical"}.items():
-        before = _run(module, task, "rehearse", list(range(group_size)), group_size,
-                      SamplingConfig(**{**vars(base), off: False}), rehearse_tokens)  # fmt: skip
-        before.pop("episode_tokens")
-        out[key] = {"without": before, "speedup": _ratio(after, before["tokens_per_s"])}
-    lockstep = SamplingConfig(**{**vars(base), "continuous": False})
+        without, speedup = before("rehearse", {off: False}, rehearse_tokens)
+        out[key] = {"without": without, "speedup": speedup}
     out["continuous"] = {}
     for role, budget in {"act": act_tokens, "rehearse": rehearse_tokens}.items():
-        before = _run(module, task, role, list(range(group_size)), group_size, lockstep, budget)
-        before.pop("episode_tokens")
-        after = out["policy_weights"][role]["batched"]["tokens_per_s"]
-        out["continuous"][role] = {"lockstep": before, "speedup": _ratio(after, before["tokens_per_s"])}
+        lockstep, speedup = before(role, {"continuous": False}, budget)
+        out["continuous"][role] = {"lockstep": lockstep, "speedup": speedup}
     out["note"] = (
         "act: the model acts, the real environment answers its calls; rehearse: gold calls scripted by the "
         "oracle engine, every tool response written by the model; sequential = the batched group's episodes "

@@ -673,26 +673,21 @@ class GenerationEngine:
         :class:`GrowingLayer` when the model's layers are plain, with storage for the prompts and
         ``room`` sampled tokens, and ``LEAD`` spare columns on the left for longer rows joining later."""
         config = _config(self.model)
-        growing = self._plain_layers()
-        lead = LEAD if growing else 0
-        size = lead + layout.cached + layout.width + room if growing else layout.cached
-        data: KV = []
+        if not self._plain_layers():  # sliding-window or other special layers: no cached parts (_cached_parts)
+            return DynamicCache(config=config)
+        size = LEAD + layout.cached + layout.width + room
+        cache = DynamicCache(config=config)
+        layers = [GrowingLayer(size, LEAD) for _ in cache.layers]
+        cache.layers = list(layers)
         some = next((p[1] for p in parts if p is not None), None)
         for i, (k0, v0) in enumerate(some if some is not None and layout.cached else []):
             k = k0.new_zeros(len(parts), k0.shape[1], size, k0.shape[3], device=device)
             v = v0.new_zeros(len(parts), v0.shape[1], size, v0.shape[3], device=device)
             for row, part in enumerate(parts):
                 if part is not None:
-                    cols = slice(lead + layout.cached - layout.lengths[row], lead + layout.cached)
+                    cols = slice(LEAD + layout.cached - layout.lengths[row], LEAD + layout.cached)
                     k[row, :, cols], v[row, :, cols] = part[1][i][0][0], part[1][i][1][0]
-            data.append((k, v))
-        if not growing:  # sliding-window or other special layers: the default cache
-            return DynamicCache(ddp_cache_data=data or None, config=config)
-        cache = DynamicCache(config=config)
-        layers = [GrowingLayer(lead + layout.cached + layout.width + room, lead) for _ in cache.layers]
-        for layer, (k, v) in zip(layers, data, strict=False):
-            layer.hold(k, v, layout.cached, lo=lead)
-        cache.layers = list(layers)
+            layers[i].hold(k, v, layout.cached, lo=LEAD)
         return cache
 
     def _plain_layers(self) -> bool:
