@@ -30,6 +30,41 @@ def _policy_name(policy: Any) -> str:
     return str(getattr(policy, "name_or_path", "smollm2-135m"))
 
 
+def trainer_class() -> type:
+    """Lightning's ``Trainer`` whose ``precision`` also takes ``auto`` (:mod:`envace.hardware`)."""
+    from lightning.pytorch import Trainer
+
+    from envace import hardware
+
+    class EnvACETrainer(Trainer):
+        """``Trainer`` with ``precision: auto``: bf16-mixed where the device computes bf16 natively,
+        else 32-true. The choice is printed once; an explicit bf16 on a CPU without it is warned about.
+
+        Args:
+            precision: ``auto`` or any Lightning precision (``32-true``, ``bf16-mixed``, ...).
+        """
+
+        def __init__(self, *args: Any, precision: str | int | None = "auto", **kwargs: Any) -> None:
+            device = _trainer_device(kwargs.get("accelerator", "auto"))
+            chosen = hardware.training_precision(precision, device)
+            if precision != "auto":
+                hardware.warn_if_slow("trainer.precision", str(chosen), device)
+            hardware.announce(hardware.describe("trainer.precision", precision, chosen, device))
+            super().__init__(*args, precision=chosen, **kwargs)  # type: ignore[arg-type]
+
+    return EnvACETrainer
+
+
+def _trainer_device(accelerator: Any) -> str:
+    """``cuda`` when the trainer will run on a CUDA device, else ``cpu``."""
+    import torch
+
+    name = accelerator if isinstance(accelerator, str) else type(accelerator).__name__
+    if name.lower().startswith("cpu"):
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
     """The LightningCLI of ``envace fit | validate | test`` (``run=False``: parse and instantiate only)."""
     from lightning.pytorch.cli import LightningCLI
@@ -48,6 +83,7 @@ def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
         PolicyModule,
         EnvACEDataModule,
         subclass_mode_model=True,
+        trainer_class=trainer_class(),
         args=args,
         run=run,
         trainer_defaults={"default_root_dir": "runs"},

@@ -46,29 +46,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def cpu_flags() -> dict[str, Any]:
-    """The CPU model and the flags that decide bf16 speed (``avx512_bf16``, AMX)."""
-    info: dict[str, Any] = {"machine": platform.machine(), "cpu": platform.processor() or None}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
-    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), None)
-    info.update(
-        cpu=model,
-        logical_cpus=os.cpu_count(),
-        avx512_bf16="avx512_bf16" in flags,
-        amx_bf16="amx_bf16" in flags,
-        avx512f="avx512f" in flags,
-    )
-    return info
+def machine_facts() -> dict[str, Any]:
+    """The CPU, and what :mod:`envace.hardware` detected and chose on it (the precisions the bench runs)."""
+    from envace import hardware
+
+    model = None
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        lines = info.read_text(errors="replace").splitlines()
+        model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+    return {
+        "machine": platform.machine(),
+        "cpu": model or platform.processor() or None,
+        "logical_cpus": os.cpu_count(),
+        "capability": hardware.capability().as_dict(),
+        "chosen": {"trainer.precision": hardware.training_precision("auto"), "sampling.dtype":
+                   hardware.sampling_dtype("auto") or "float32"},  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure the requested sections; returns the JSON object."""
     import torch
 
+    from envace import hardware
     from envace.bench import common
     from envace.bench.peak import measure_peak, merge_peaks
 
@@ -82,13 +83,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": model,
         "sections": args.sections,
         "machine": {
-            **cpu_flags(),
+            **machine_facts(),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (the OpenMP runtime's default)"),
         },
     }
-    peaks = [measure_peak(sizes.peak_sizes)]
+    bf16 = hardware.native_bf16()  # bf16 figures only where the CPU computes it (elsewhere ~100x slower)
+    peaks = [measure_peak(sizes.peak_sizes, bf16=bf16)]
     _log("peak", peaks[0])
     module = common.make_module(model) if {"training", "rollout", "layout"} & set(args.sections) else None
     if module is not None and args.checkpoint:
@@ -97,16 +99,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if "training" in args.sections:
         from envace.bench.training import bench_training
 
+        dtypes = ("fp32", "bf16") if bf16 else ("fp32",)
         result["training"] = bench_training(
-            module, common.bfcl_tasks(), sizes.train_tokens, sizes.train_reps, min(1024, max(sizes.peak_sizes))
+            module, common.bfcl_tasks(), sizes.train_tokens, sizes.train_reps, min(1024, max(sizes.peak_sizes)), dtypes
         )
-        peaks.append(measure_peak(sizes.peak_sizes))
+        peaks.append(measure_peak(sizes.peak_sizes, bf16=bf16))
         _log("training", result["training"])
     if "rollout" in args.sections:
         from envace.bench.rollout import bench_rollout
 
         task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
-        result["rollout"] = bench_rollout(module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens)
+        result["rollout"] = bench_rollout(
+            module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16
+        )
         _log("rollout", result["rollout"])
     if "layout" in args.sections:
         from envace.bench.layout import bench_layout
@@ -118,7 +123,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from envace.bench.versus_trl import bench_trl
 
         result["trl"] = bench_trl(model, sizes.trl_runs, sizes.trl_group, sizes.trl_tokens)
-        peaks.append(measure_peak(sizes.peak_sizes))
+        peaks.append(measure_peak(sizes.peak_sizes, bf16=bf16))
         _log("trl", result["trl"])
     result["peak"] = merge_peaks(*peaks)
     if "training" in result:

@@ -118,11 +118,13 @@ def _both(pairs: dict[str, Any]) -> float | None:
     return _ratio(rate["batched"], rate["sequential"])
 
 
-def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, rehearse_tokens: int) -> dict[str, Any]:
-    """Both roles batched and one at a time, in fp32 and with a bfloat16 sampling copy, and in fp32
-    without prepacked weights (before/after); the batched rehearsal without row reuse and without
-    sharing identical prompts' prefill, and both roles' batches in lockstep instead of continuous
-    batching (before/after each)."""
+def bench_rollout(
+    module: Any, task: Task, group_size: int, act_tokens: int, rehearse_tokens: int, bf16_sampling: bool = True
+) -> dict[str, Any]:
+    """Both roles batched and one at a time, in fp32 and (``bf16_sampling``: where the CPU computes
+    bf16 natively) with a bfloat16 sampling copy, and in fp32 without prepacked weights
+    (before/after); the batched rehearsal without row reuse and without sharing identical prompts'
+    prefill, and both roles' batches in lockstep instead of continuous batching (before/after each)."""
     base = module.sampling
     settings = {
         "policy_weights": base,
@@ -130,13 +132,17 @@ def bench_rollout(module: Any, task: Task, group_size: int, act_tokens: int, reh
         "unpacked": SamplingConfig(**{**vars(base), "pack_weights": False}),
     }
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "user_turns": len(task.user_turns)}
+    if not bf16_sampling:
+        del settings["bf16_sampling"]
+        out["bf16_sampling"] = {"skipped": "no native bf16 on this CPU (envace.hardware): ~100x slower than fp32"}
     for key, sampling in settings.items():
         pairs = {
             "act": _pair(module, task, "act", group_size, sampling, act_tokens),
             "rehearse": _pair(module, task, "rehearse", group_size, sampling, rehearse_tokens),
         }
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
-    out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
+    if bf16_sampling:
+        out["bf16_sampling"]["gain_batched"] = _gain_batched(out["bf16_sampling"], out["policy_weights"])
     out["unpacked"]["gain_batched"] = _gain_batched(out["policy_weights"], out["unpacked"])
 
     def before(role: str, change: dict[str, Any], budget: int) -> tuple[dict[str, Any], float | None]:

@@ -97,9 +97,10 @@ def optimizer_seconds(module: Any) -> float:
     return seconds
 
 
-def _local_peak(size: int) -> dict[str, float]:
-    """A quick fp32 and bf16 matmul rate, taken right beside an update."""
-    return {"fp32": matmul_gflops(torch.float32, size, 3), "bf16": matmul_gflops(torch.bfloat16, size, 3)}
+def _local_peak(size: int, dtypes: tuple[str, ...]) -> dict[str, float]:
+    """A quick matmul rate in each of ``dtypes`` (fp32 always), taken right beside an update."""
+    kinds = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    return {d: matmul_gflops(kinds[d], size, 3) for d in ("fp32", *(d for d in dtypes if d != "fp32"))}
 
 
 def bench_training(
@@ -110,7 +111,8 @@ def bench_training(
     peak_size: int = 1024,
     dtypes: tuple[str, ...] = ("fp32", "bf16"),
 ) -> dict[str, Any]:
-    """Updates per (length, precision), each between two quick peak measurements.
+    """Updates per (length, precision in ``dtypes``: ``bf16`` only where the CPU computes it), each
+    between two quick peak measurements.
 
     On a shared machine the matmul peak itself moves (another job takes a core); utilisation is
     therefore taken against the better of the two peaks measured just before and just after each
@@ -130,18 +132,18 @@ def bench_training(
     for _ in range(reps):
         for n in lengths:
             for dtype in dtypes:
-                before = _local_peak(peak_size)
+                before = _local_peak(peak_size, dtypes)
                 seconds = update_seconds(module, batches[n], dtype)
-                after = _local_peak(peak_size)
+                after = _local_peak(peak_size, dtypes)
                 run = _run_figures(n, dtype, seconds, params, batches[n], before, after)
                 if (n, dtype) not in best or run["mfu"] > best[n, dtype]["mfu"]:
                     best[n, dtype] = run
     n = lengths[0]
     plain = []
     for _ in range(reps):
-        before = _local_peak(peak_size)
+        before = _local_peak(peak_size, dtypes)
         seconds = plain_seconds(module, batches[n])
-        plain.append(_run_figures(n, "fp32", seconds, params, batches[n], before, _local_peak(peak_size)))
+        plain.append(_run_figures(n, "fp32", seconds, params, batches[n], before, _local_peak(peak_size, dtypes)))
     return {
         "params": params,
         "runs": list(best.values()),

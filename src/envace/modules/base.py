@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from envace.data.batch import StepBatch, TokenBatch
@@ -124,6 +125,46 @@ def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_siz
     return out.index_copy(1, positions + prefix, lp)
 
 
+def row_chunks(batch: TokenBatch, max_tokens: int) -> list[slice]:
+    """Consecutive row ranges whose padded size (rows × their longest row) stays within ``max_tokens``;
+    a row longer than that is a chunk of its own.
+
+    >>> b = TokenBatch(*(torch.ones(4, 6),) * 5)._replace(attention_mask=torch.tensor([[1] * 6, [1] * 2 + [0] * 4] * 2))
+    >>> row_chunks(b, 12), row_chunks(b, 5), row_chunks(b, 100)
+    ([slice(0, 2, None), slice(2, 4, None)], [slice(0, 1, None), slice(1, 2, None), slice(2, 3, None), slice(3, 4, None)], [slice(0, 4, None)])
+    """
+    lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
+    chunks, start, longest = [], 0, 0
+    for row, n in enumerate(lengths):
+        if row > start and max(longest, n) * (row - start + 1) > max_tokens:
+            chunks.append(slice(start, row))
+            start, longest = row, 0
+        longest = max(longest, n)
+    chunks.append(slice(start, len(lengths)))
+    return chunks
+
+
+def chunked_logprobs(fn: Callable[[TokenBatch], Tensor], batch: TokenBatch, max_tokens: int | None) -> Tensor:
+    """``fn(batch)`` (``[B, T]`` log-probs) over row chunks of at most ``max_tokens`` padded tokens.
+
+    With gradients, each chunk's forward runs under activation checkpointing: only its ``[b, T]``
+    log-probs are kept, and backward recomputes one chunk at a time, so the activations alive at once
+    are one chunk's, however many or long the episodes (one extra forward of the batch). The values
+    and gradients are those of one forward over the whole batch. ``None``, or a batch that fits, runs
+    ``fn`` on it directly.
+    """
+    chunks = row_chunks(batch, max_tokens) if max_tokens else []
+    if len(chunks) <= 1:
+        return fn(batch)
+    parts = []
+    for rows in chunks:
+        width = int(batch.attention_mask[rows].sum(dim=1).max())  # right padding: trim the chunk's tail
+        sub = TokenBatch(*(t[rows, :width] for t in batch))
+        lp = checkpoint(fn, sub, use_reentrant=False) if torch.is_grad_enabled() else fn(sub)
+        parts.append(torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - width)))
+    return torch.cat(parts)
+
+
 def _config(model: Any) -> Any:
     return getattr(model, "config", None) or model.get_base_model().config
 
@@ -150,6 +191,10 @@ class PolicyModule(pl.LightningModule):
             system turn and tools) once instead of once per episode (not under FSDP, where the number
             of forward passes must not depend on a rank's data).
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
+        loss_chunk_tokens: most padded tokens (rows × length) in one loss forward; a larger batch
+            (a warm-start batch, an RL step's episodes) runs in row chunks under activation
+            checkpointing, so memory does not grow with the number or length of episodes (one extra
+            forward). ``None``: one forward over the whole batch. Not under FSDP.
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
 
@@ -167,6 +212,7 @@ class PolicyModule(pl.LightningModule):
         val_gold_fidelity: bool = True,
         share_prefix: bool = True,
         sft_loss: RoleNLLLoss | None = None,
+        loss_chunk_tokens: int | None = 2048,
         fsdp_layer_names: tuple[str, ...] = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"),
     ):
         super().__init__()
@@ -180,6 +226,7 @@ class PolicyModule(pl.LightningModule):
         self.share_prefix = share_prefix
         self.val_gold_fidelity = val_gold_fidelity
         self.sft_loss = sft_loss or RoleNLLLoss()
+        self.loss_chunk_tokens = loss_chunk_tokens
         self._engine: GenerationEngine | None = None
         self.fsdp_layer_names = tuple(fsdp_layer_names)
         self.tokenizer = load_tokenizer(self.policy_spec.name_or_path)
@@ -220,9 +267,16 @@ class PolicyModule(pl.LightningModule):
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
     def token_logprobs(self, batch: TokenBatch) -> Tensor:
-        """Per-token log-probs of the current policy at loss positions (shared prefix run once)."""
+        """Per-token log-probs of the current policy at loss positions: over row chunks of at most
+        ``loss_chunk_tokens`` (activation memory bounded, :func:`chunked_logprobs`), each chunk's shared
+        prefix run once."""
         # Under FSDP every forward is a collective: ranks must run the same number of them, and
-        # whether a batch shares a prefix depends on its data, so the sharded path never splits.
+        # whether a batch shares a prefix, or how many chunks it makes, depends on its data, so the
+        # sharded path never splits.
+        sharded = self.device_mesh is not None
+        return chunked_logprobs(self._logprobs, batch, None if sharded else self.loss_chunk_tokens)
+
+    def _logprobs(self, batch: TokenBatch) -> Tensor:
         prefix = shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
         if prefix:
             return prefix_shared_logprobs(self.policy, batch, prefix)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from envace.data.batch import StepBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
-from envace.modules.base import PolicyModule, selected_logprobs
+from envace.modules.base import PolicyModule, chunked_logprobs, selected_logprobs
 from envace.rewards import compute_reward
 from envace.rollout import PolicyRehearsal, Responder
 
@@ -66,6 +66,7 @@ class EnvACEModule(PolicyModule):
         """Roll out G episodes per task, score them, and take the role-wise GRPO loss."""
         ro = self.run_episodes(batch.tasks, self.group_size, self.responder)
         episodes = ro.episodes  # type: ignore[attr-defined]
+        self.engine.reset_cache()  # the rollout's keys and values are dead weight through the update
         rewards = [compute_reward(e.task, e.trajectory()) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
         inputs = LossInputs(
@@ -86,5 +87,6 @@ class EnvACEModule(PolicyModule):
         """Log-probs of the reference policy: the same model with LoRA adapters disabled."""
         if self.policy_spec.lora is None:
             raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
+        chunk = None if self.device_mesh is not None else self.loss_chunk_tokens
         with self.policy.disable_adapter():
-            return selected_logprobs(self.policy, tokens)
+            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b), tokens, chunk)

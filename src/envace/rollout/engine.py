@@ -44,6 +44,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from envace import hardware
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [rows, kv_heads, tokens, head_dim]
 LEAD = 128  # spare cache columns left of a batch, for rows joining it with longer contexts
 
@@ -71,7 +73,8 @@ class SamplingConfig:
             batch has ended, and the next turns start together (lockstep).
         dtype: ``None`` samples in the policy's own precision; ``bfloat16`` with a bfloat16 copy of
             its weights, refreshed after every update (faster on CPUs with ``avx512_bf16`` or AMX,
-            and on GPUs). The recorded log-probs are then the copy's; the loss's importance ratio
+            and on GPUs; ~100x slower elsewhere, warned); ``auto``: bfloat16 where the device
+            computes it natively, else the policy's precision (:mod:`envace.hardware`). The recorded log-probs are then the copy's; the loss's importance ratio
             corrects for the difference as it does for any separate sampler. Not with FSDP sharding.
         pack_weights: on CPU, sample from a copy whose linear layers hold oneDNN-prepacked weights
             (:class:`PackedLinear`; LoRA adapters merged), rebuilt when the weights have changed.
@@ -158,13 +161,14 @@ class PackedLinear(torch.nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
     @staticmethod
-    def available(model: Any) -> bool:
-        """Whether ``model`` can sample through packed layers: oneDNN present, plain CPU tensors, no
-        FSDP wrapping (a sharded model samples with its gathered weights, see ``modules.unsharded``)."""
+    def available(model: Any, dtype: torch.dtype) -> bool:
+        """Whether ``model`` can sample through layers packed in ``dtype``: oneDNN packs that dtype on
+        this CPU (:func:`envace.hardware.can_prepack`: bf16 needs native bf16; elsewhere the copy keeps
+        plain weights, same samples), plain CPU tensors, no FSDP wrapping (a sharded model samples with
+        its gathered weights, see ``modules.unsharded``)."""
         params = list(model.parameters())
         return (
-            torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            hardware.can_prepack(dtype)
             and all(p.device.type == "cpu" and type(p).__name__ != "DTensor" for p in params)
             and not any(type(m).__name__.startswith("FSDP") for m in model.modules())
         )
@@ -384,6 +388,7 @@ class GenerationEngine:
     _copy: Any = None
     _copy_stale: bool = True
     _copy_of: tuple[int, ...] = ()
+    _warned: bool = False
 
     def reset_cache(self) -> None:
         """Forget cached keys and values; call whenever the weights change (after every update)."""
@@ -398,8 +403,8 @@ class GenerationEngine:
         it was made (their in-place version counters tell)."""
         params = list(self.model.parameters())
         own = params[0].dtype
-        dtype = SAMPLING_DTYPES[self.sampling.dtype] if self.sampling.dtype else own
-        pack = self.sampling.pack_weights and PackedLinear.available(self.model)
+        dtype = self.sampling_dtype(params[0].device.type)
+        pack = self.sampling.pack_weights and PackedLinear.available(self.model, dtype)
         if dtype == own and not pack:
             return self.model
         if any(type(p).__name__ == "DTensor" for p in params):
@@ -420,6 +425,21 @@ class GenerationEngine:
             self._copy_of = version
         self._copy_stale = False
         return self._copy
+
+    def sampling_dtype(self, device: str = "cpu") -> torch.dtype:
+        """The dtype the sampler runs in: ``sampling.dtype`` with ``auto`` resolved for ``device``
+        (:func:`envace.hardware.sampling_dtype`), else the policy's own. An explicit bfloat16 on a
+        CPU without native bf16 is warned about once."""
+        name = hardware.sampling_dtype(self.sampling.dtype, device)
+        hardware.announce(hardware.describe("sampling.dtype", self.sampling.dtype, name or "policy's own", device))
+        if name is None:
+            return next(self.model.parameters()).dtype
+        if name not in SAMPLING_DTYPES:
+            raise ValueError(f"sampling.dtype={name!r}: expected auto, float32 or bfloat16")
+        if not self._warned and self.sampling.dtype != "auto":
+            hardware.warn_if_slow("sampling.dtype", name, device)
+            self._warned = True
+        return SAMPLING_DTYPES[name]
 
     @contextmanager
     def decoding(self, temperature: float | None) -> Iterator[None]:
