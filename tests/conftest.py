@@ -33,3 +33,23 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"shared test data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of a bf16 fast path (``@pytest.mark.bf16``, ``@pytest.mark.bf16_prepack``) run where the
+    CPU has it and are skipped with the reason elsewhere (``ENVACE_BF16=none`` forces that here);
+    the fallbacks are tested on every machine (tests/test_hardware.py)."""
+    import torch
+
+    from envace import hardware
+
+    cap = hardware.capability()
+    missing = {
+        "bf16": None if cap.cpu_bf16 else f"needs native bf16: {cap.reason}",
+        "bf16_prepack": None if hardware.can_prepack(torch.bfloat16) else f"oneDNN cannot prepack bf16 here: {cap.reason}",
+    }
+    for item in items:
+        for name, reason in missing.items():
+            if reason and item.get_closest_marker(name):
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from envace import hardware
 from envace.bench import main, parse_args
 from envace.bench.layout import call_row_ends, generation_spans, prefill_tokens
 
@@ -26,18 +27,27 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert report["quick"] and report["model"] == "tiny"
     assert report["peak"]["fp32_gflops"] > 0 and report["peak"]["bf16_gflops"] > 0
     assert report["peak"]["threads"] == 2
+    native = hardware.native_bf16()  # bf16 figures only where the CPU computes bf16 (ENVACE_BF16 forces it)
+    machine = report["machine"]
+    assert machine["capability"]["cpu_bf16"] is native is report["peak"]["bf16_native"]
+    assert machine["chosen"] == {"trainer.precision": "bf16-mixed" if native else "32-true",
+                                 "sampling.dtype": "bfloat16" if native else "float32"}  # fmt: skip
 
     runs = {(r["tokens"], r["dtype"]): r for r in report["training"]["runs"]}
-    assert set(runs) == {(64, "fp32"), (64, "bf16"), (128, "fp32"), (128, "bf16")}
+    dtypes = ("fp32", "bf16") if native else ("fp32",)
+    assert set(runs) == {(n, d) for n in (64, 128) for d in dtypes}
     for r in runs.values():
         assert r["tokens_per_s"] > 0 and r["mfu"] > 0 and 0 < r["loss_positions"] < r["tokens"]
-    assert "mfu_vs_bf16_peak" in runs[64, "bf16"] and "mfu_vs_run_peak" in runs[64, "fp32"]
+    assert "mfu_vs_run_peak" in runs[64, "fp32"]
+    assert native is ((64, "bf16") in runs and "mfu_vs_bf16_peak" in runs[64, "bf16"])
     assert report["training"]["optimizer_step_seconds"] > 0
     plain = report["training"]["plain_transformers"]
     assert plain["tokens"] == 64 and plain["mfu"] > 0 and "mfu_vs_run_peak" in plain
 
     ro = report["rollout"]
-    for weights in ("policy_weights", "bf16_sampling"):
+    if not native:
+        assert "skipped" in ro["bf16_sampling"]
+    for weights in ("policy_weights", "bf16_sampling") if native else ("policy_weights",):
         for role in ("act", "rehearse"):
             for mode in ("batched", "sequential"):
                 assert ro[weights][role][mode]["tokens"] > 0 and ro[weights][role][mode]["tokens_per_s"] > 0
@@ -51,7 +61,7 @@ def test_quick_bench_reports_every_figure(report: dict) -> None:
     assert rehearse["role_tokens"]["rehearse"] == rehearse["tokens"]  # and here a rehearse token
     assert ro["row_reuse"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
     assert ro["identical_prompts"]["without"]["prefill_tokens"] >= rehearse["prefill_tokens"]
-    assert set(ro["bf16_sampling"]["gain_batched"]) == {"act", "rehearse"}
+    assert not native or set(ro["bf16_sampling"]["gain_batched"]) == {"act", "rehearse"}
     for role in ("act", "rehearse"):  # lockstep: the same tokens, in at least as many forwards
         lockstep, continuous = ro["continuous"][role]["lockstep"], ro["policy_weights"][role]["batched"]
         assert lockstep["tokens"] == continuous["tokens"] and lockstep["decode_steps"] >= continuous["decode_steps"]

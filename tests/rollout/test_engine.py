@@ -108,7 +108,9 @@ def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -
     torch.testing.assert_close(copy.lm_head.weight, tiny_model.lm_head.weight.bfloat16(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("lora", "dtype"), [(False, None), (True, None), (True, "bfloat16")])
+@pytest.mark.parametrize(
+    ("lora", "dtype"), [(False, None), (True, None), pytest.param(True, "bfloat16", marks=pytest.mark.bf16_prepack)]
+)
 def test_packed_sampling_matches_the_policy_and_follows_its_updates(tiny_model, lora: bool, dtype) -> None:
     torch.manual_seed(0)
     policy = apply_lora(tiny_model, LoraSpec(r=4, alpha=8, target_modules=("q_proj", "v_proj"))) if lora else tiny_model

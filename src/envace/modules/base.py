@@ -13,7 +13,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from envace.data.batch import StepBatch, TokenBatch
@@ -125,44 +124,91 @@ def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_siz
     return out.index_copy(1, positions + prefix, lp)
 
 
-def row_chunks(batch: TokenBatch, max_tokens: int) -> list[slice]:
-    """Consecutive row ranges whose padded size (rows × their longest row) stays within ``max_tokens``;
-    a row longer than that is a chunk of its own.
+def row_chunks(batch: TokenBatch, max_tokens: int, prefix_of: Callable[[TokenBatch], int] | None = None) -> list[slice]:
+    """Consecutive row ranges whose forward runs at most ``max_tokens`` tokens: rows × their longest
+    row, less what ``prefix_of`` (the shared prefix a forward runs once, e.g. a group's system turn)
+    saves. A row longer than that is a chunk of its own.
 
     >>> b = TokenBatch(*(torch.ones(4, 6),) * 5)._replace(attention_mask=torch.tensor([[1] * 6, [1] * 2 + [0] * 4] * 2))
     >>> row_chunks(b, 12), row_chunks(b, 5), row_chunks(b, 100)
     ([slice(0, 2, None), slice(2, 4, None)], [slice(0, 1, None), slice(1, 2, None), slice(2, 3, None), slice(3, 4, None)], [slice(0, 4, None)])
     """
     lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
-    chunks, start, longest = [], 0, 0
-    for row, n in enumerate(lengths):
-        if row > start and max(longest, n) * (row - start + 1) > max_tokens:
+
+    def cost(rows: slice) -> int:
+        n, longest = rows.stop - rows.start, max(lengths[rows])
+        prefix = prefix_of(TokenBatch(*(t[rows, :longest] for t in batch))) if prefix_of and n > 1 else 0
+        return prefix + n * (longest - prefix)
+
+    chunks, start = [], 0
+    for row in range(1, len(lengths)):
+        if cost(slice(start, row + 1)) > max_tokens:
             chunks.append(slice(start, row))
-            start, longest = row, 0
-        longest = max(longest, n)
+            start = row
     chunks.append(slice(start, len(lengths)))
     return chunks
 
 
-def chunked_logprobs(fn: Callable[[TokenBatch], Tensor], batch: TokenBatch, max_tokens: int | None) -> Tensor:
-    """``fn(batch)`` (``[B, T]`` log-probs) over row chunks of at most ``max_tokens`` padded tokens.
-
-    With gradients, each chunk's forward runs under activation checkpointing: only its ``[b, T]``
-    log-probs are kept, and backward recomputes one chunk at a time, so the activations alive at once
-    are one chunk's, however many or long the episodes (one extra forward of the batch). The values
-    and gradients are those of one forward over the whole batch. ``None``, or a batch that fits, runs
-    ``fn`` on it directly.
-    """
-    chunks = row_chunks(batch, max_tokens) if max_tokens else []
+def chunked_logprobs(
+    fn: Callable[[TokenBatch], Tensor],
+    batch: TokenBatch,
+    max_tokens: int | None,
+    prefix_of: Callable[[TokenBatch], int] | None = None,
+) -> Tensor:
+    """``fn(batch)`` (``[B, T]`` log-probs) over row chunks of at most ``max_tokens`` padded tokens, for
+    values without gradients (validation, the KL reference): one chunk's activations at a time. A
+    batch that fits, or ``max_tokens=None``, runs ``fn`` on it directly."""
+    chunks = row_chunks(batch, max_tokens, prefix_of) if max_tokens else []
     if len(chunks) <= 1:
         return fn(batch)
-    parts = []
+    return torch.cat([_chunk_logprobs(fn, batch, rows) for rows in chunks])
+
+
+def _chunk_logprobs(fn: Callable[[TokenBatch], Tensor], batch: TokenBatch, rows: slice) -> Tensor:
+    """``fn`` on ``batch``'s rows ``rows``, trimmed to their longest row (right padding), padded back to ``T``."""
+    width = int(batch.attention_mask[rows].sum(dim=1).max())
+    lp = fn(TokenBatch(*(t[rows, :width] for t in batch)))
+    return torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - width))
+
+
+LossOf = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]
+
+
+def backward_in_chunks(
+    fn: Callable[[TokenBatch], Tensor],
+    batch: TokenBatch,
+    loss_of: LossOf,
+    max_tokens: int | None,
+    backward: Callable[[Tensor], Any] = Tensor.backward,
+    prefix_of: Callable[[TokenBatch], int] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Accumulate the gradient of ``loss_of(fn(batch))`` one row chunk at a time; returns the detached
+    loss and stats of the whole batch.
+
+    Each chunk of at most ``max_tokens`` padded tokens (:func:`row_chunks`) is run forward, and the
+    loss is taken with the chunk's log-probs in their rows and constants elsewhere, then backward at
+    once (rows not run yet hold ``batch.logprobs``, the sampling log-probs, as constants): the
+    activations alive at a time are one chunk's, whatever the number or length of the episodes,
+    and nothing is recomputed. Exact for every loss in which a row's gradient does not
+    depend on the other rows' log-probs (token or sequence means with normalisers from the masks,
+    advantages from the rewards: both EnvACE losses); ``tests/modules/test_logprobs.py`` checks the
+    gradients against one backward over the whole batch.
+    """
+    chunks = row_chunks(batch, max_tokens, prefix_of) if max_tokens else []
+    if len(chunks) <= 1:
+        loss, stats = loss_of(fn(batch))
+        backward(loss)
+        return loss.detach(), stats
+    values = batch.logprobs.detach().float().clone()  # rows not yet run: the sampling log-probs (ratio 1)
     for rows in chunks:
-        width = int(batch.attention_mask[rows].sum(dim=1).max())  # right padding: trim the chunk's tail
-        sub = TokenBatch(*(t[rows, :width] for t in batch))
-        lp = checkpoint(fn, sub, use_reentrant=False) if torch.is_grad_enabled() else fn(sub)
-        parts.append(torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - width)))
-    return torch.cat(parts)
+        lp = _chunk_logprobs(fn, batch, rows)
+        placed = torch.cat([values[: rows.start], lp, values[rows.stop :]])
+        part, _ = loss_of(placed)
+        backward(part)
+        values[rows] = lp.detach()
+    with torch.no_grad():
+        loss, stats = loss_of(values)
+    return loss, stats
 
 
 def _config(model: Any) -> Any:
@@ -192,9 +238,9 @@ class PolicyModule(pl.LightningModule):
             of forward passes must not depend on a rank's data).
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
         loss_chunk_tokens: most padded tokens (rows × length) in one loss forward; a larger batch
-            (a warm-start batch, an RL step's episodes) runs in row chunks under activation
-            checkpointing, so memory does not grow with the number or length of episodes (one extra
-            forward). ``None``: one forward over the whole batch. Not under FSDP.
+            (a warm-start batch, an RL step's episodes) runs forward and backward in row chunks whose
+            gradients add up (:func:`backward_in_chunks`), so memory does not grow with the number
+            or length of episodes. ``None``: one forward over the whole batch. Not under FSDP.
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
 
@@ -233,6 +279,7 @@ class PolicyModule(pl.LightningModule):
         self.fmt: ChatFormat = make_format(self.tokenizer, chat_format, tool_style)  # type: ignore[arg-type]
         self.policy: Any = None
         self.strict_loading = False  # LoRA checkpoints hold the trainable weights only
+        self.automatic_optimization = False  # :meth:`update` steps: backward runs chunk by chunk
 
     # --- model -----------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -267,25 +314,46 @@ class PolicyModule(pl.LightningModule):
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
     def token_logprobs(self, batch: TokenBatch) -> Tensor:
-        """Per-token log-probs of the current policy at loss positions: over row chunks of at most
-        ``loss_chunk_tokens`` (activation memory bounded, :func:`chunked_logprobs`), each chunk's shared
-        prefix run once."""
-        # Under FSDP every forward is a collective: ranks must run the same number of them, and
-        # whether a batch shares a prefix, or how many chunks it makes, depends on its data, so the
-        # sharded path never splits.
-        sharded = self.device_mesh is not None
-        return chunked_logprobs(self._logprobs, batch, None if sharded else self.loss_chunk_tokens)
+        """Per-token log-probs of the current policy at loss positions, each row chunk's shared prefix
+        run once (values: use :meth:`update` to train)."""
+        return chunked_logprobs(self._logprobs, batch, self._chunk_tokens(), self._prefix)
+
+    def update(self, batch: TokenBatch, loss_of: LossOf) -> tuple[Tensor, dict[str, Tensor]]:
+        """One optimizer step on ``loss_of(log-probs of batch)``: gradients accumulated chunk by chunk
+        (:func:`backward_in_chunks`: memory bounded, nothing recomputed), then the step and the
+        learning-rate schedule. Returns the detached loss and stats."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        opt.zero_grad(set_to_none=True)
+        loss, stats = backward_in_chunks(
+            self._logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix
+        )
+        opt.step()
+        sched.step()
+        return loss, stats
+
+    def _chunk_tokens(self) -> int | None:
+        # Under FSDP every forward is a collective: ranks must run the same number of them, and how
+        # many chunks a batch makes, or whether it shares a prefix, depends on its data, so the sharded
+        # path never splits.
+        return None if self.device_mesh is not None else self.loss_chunk_tokens
+
+    def _prefix(self, batch: TokenBatch) -> int:
+        """Length of the prefix :meth:`_logprobs` runs once for ``batch``'s rows (0: none)."""
+        return shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
 
     def _logprobs(self, batch: TokenBatch) -> Tensor:
-        prefix = shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
+        prefix = self._prefix(batch)
         if prefix:
             return prefix_shared_logprobs(self.policy, batch, prefix)
         return selected_logprobs(self.policy, batch)
 
     def sft_step(self, batch: TokenBatch, split: str) -> Tensor:
-        """Role-weighted NLL on grounded episodes (one model step for training and validation)."""
-        logprobs = self.token_logprobs(batch)
-        loss, stats = self.sft_loss({"logprobs": logprobs, "roles": batch.roles, "loss_mask": batch.loss_mask})
+        """Role-weighted NLL on grounded episodes: an update in training, the loss alone in validation."""
+
+        def loss_of(logprobs: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+            return self.sft_loss({"logprobs": logprobs, "roles": batch.roles, "loss_mask": batch.loss_mask})
+
+        loss, stats = self.update(batch, loss_of) if split == "train" else loss_of(self.token_logprobs(batch))
         self.log_stats(f"{split}/sft", {"loss": loss, **stats}, batch.input_ids.shape[0])
         return loss
 

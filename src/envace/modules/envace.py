@@ -70,7 +70,7 @@ class EnvACEModule(PolicyModule):
         rewards = [compute_reward(e.task, e.trajectory()) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
         inputs = LossInputs(
-            logprobs=self.token_logprobs(tokens),
+            logprobs=tokens.logprobs,  # replaced by the policy's, chunk by chunk, in update()
             old_logprobs=tokens.logprobs,
             roles=tokens.roles,
             loss_mask=tokens.loss_mask,
@@ -78,7 +78,7 @@ class EnvACEModule(PolicyModule):
             group_ids=torch.tensor([e.group for e in episodes], device=self.device),
             ref_logprobs=self.reference_logprobs(tokens) if self.loss.kl_coef > 0 else None,
         )
-        loss, stats = self.loss(inputs)
+        loss, stats = self.update(tokens, lambda logprobs: self.loss(inputs._replace(logprobs=logprobs)))
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
         return {"loss": loss, "episodes": episodes, "rewards": rewards, "rollout": ro.stats}  # type: ignore[attr-defined]
 
@@ -87,6 +87,5 @@ class EnvACEModule(PolicyModule):
         """Log-probs of the reference policy: the same model with LoRA adapters disabled."""
         if self.policy_spec.lora is None:
             raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
-        chunk = None if self.device_mesh is not None else self.loss_chunk_tokens
         with self.policy.disable_adapter():
-            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b), tokens, chunk)
+            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b), tokens, self._chunk_tokens())
