@@ -35,7 +35,6 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of a bf16 fast path (``@pytest.mark.bf16``, ``@pytest.mark.bf16_prepack``) run where the
     CPU has it and are skipped with the reason elsewhere (``ENVACE_BF16=none`` forces that here);
@@ -47,7 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cap = hardware.capability()
     missing = {
         "bf16": None if cap.cpu_bf16 else f"needs native bf16: {cap.reason}",
-        "bf16_prepack": None if hardware.can_prepack(torch.bfloat16) else f"oneDNN cannot prepack bf16 here: {cap.reason}",
+        "bf16_prepack": None
+        if hardware.can_prepack(torch.bfloat16)
+        else f"oneDNN cannot prepack bf16 here: {cap.reason}",
     }
     for item in items:
         for name, reason in missing.items():

@@ -33,24 +33,40 @@ def oneDNN_refuses(monkeypatch: pytest.MonkeyPatch):  # noqa: N802
 
 
 @pytest.mark.parametrize(
-    ("flags", "machine", "native"),
+    ("flags", "machine", "slowdown", "native", "named"),
     [
-        ({"avx2", "fma"}, "x86_64", False),
-        ({"avx2", "avx512f", "avx512bw"}, "x86_64", False),  # AVX-512 without its bf16 extension
-        ({"avx512f", "avx512_bf16"}, "x86_64", True),
-        ({"amx_bf16", "amx_tile"}, "x86_64", True),
-        ({"asimd", "bf16"}, "aarch64", True),
-        ({"asimd", "fphp"}, "aarch64", False),
-        ({"bf16"}, "x86_64", False),  # an ARM feature name means nothing on x86
+        ({"avx2", "fma"}, "x86_64", 97.0, False, "no bf16 flag"),  # AMD Zen 2/3, Intel before Cooper Lake
+        ({"avx2", "avx512f", "avx512bw"}, "x86_64", 12.0, False, "no bf16 flag"),  # AVX-512 without its bf16 part
+        ({"avx512f", "avx512_bf16"}, "x86_64", 0.25, True, "avx512_bf16 present"),
+        ({"amx_bf16", "amx_tile"}, "x86_64", 0.1, True, "amx_bf16 present"),
+        ({"asimd", "bf16"}, "aarch64", 0.6, True, "arm bf16 present"),
+        ({"asimd", "fphp"}, "aarch64", 40.0, False, "no bf16 flag"),
+        (
+            {"avx512_bf16"},
+            "x86_64",
+            97.0,
+            False,
+            "avx512_bf16 present",
+        ),  # flag there, kernels not (ATEN_CPU_CAPABILITY)
+        (set(), "arm64", 0.5, True, "no bf16 flag"),  # flags unreadable: the measurement decides
     ],
 )
-def test_native_bf16_is_read_off_the_cpu_flags(monkeypatch, flags, machine, native) -> None:
+def test_native_bf16_is_measured_and_explained_by_the_flags(
+    monkeypatch, flags, machine, slowdown, native, named
+) -> None:
     monkeypatch.delenv(hardware.ENV, raising=False)
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(hardware, "bf16_slowdown", lambda size=256: slowdown)
     monkeypatch.setattr(hardware.platform, "machine", lambda: machine)
     cap = hardware.capability()
     assert cap.cpu_bf16 is native
-    assert ("present" in cap.reason) is native and ("no native bf16" in cap.reason) is not native
+    assert named in cap.reason and cap.reason.startswith("no native bf16") is not native
+
+
+def test_the_measurement_is_a_real_matmul_ratio() -> None:
+    slowdown = hardware.bf16_slowdown()
+    assert slowdown > 0
+    assert hardware.capability().cpu_bf16 is (slowdown < hardware.FAST) or hardware.forced() is not None
 
 
 @pytest.mark.parametrize("value", ["native", "none"])

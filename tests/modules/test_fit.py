@@ -42,8 +42,9 @@ def _scalars(run_dir: Path) -> dict[str, list[float]]:
 
 def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
     lora = ["--model.init_args.policy.lora", "{r: 4, target_modules: [q_proj, v_proj]}"]
-    cli = _fit(tmp_path, *lora)
-    assert cli.trainer.global_step == 4
+    cli = _fit(tmp_path, *lora, "--model.init_args.rl_lr_scale", "0.5", "--model.init_args.loss_chunk_tokens", "64")
+    assert cli.trainer.global_step == 4  # the module steps by hand (chunked backward): one step per batch
+    assert cli.trainer.optimizers[0].param_groups[0]["lr"] == 0.5e-3  # and the schedule follows the RL phase
     tags = _scalars(tmp_path)
     assert len(tags["train/sft/loss"]) >= 2 and len(tags["train/rl/loss"]) >= 2  # 2 warm-start + 2 RL steps
     for key in ("reward/all", "reward/group_std", "rollout/act_tokens", "rollout/tokens_per_s", "fidelity/pairs",

@@ -60,8 +60,10 @@ def machine_facts() -> dict[str, Any]:
         "cpu": model or platform.processor() or None,
         "logical_cpus": os.cpu_count(),
         "capability": hardware.capability().as_dict(),
-        "chosen": {"trainer.precision": hardware.training_precision("auto"), "sampling.dtype":
-                   hardware.sampling_dtype("auto") or "float32"},  # fmt: skip
+        "chosen": {
+            "trainer.precision": hardware.training_precision("auto"),
+            "sampling.dtype": hardware.sampling_dtype("auto") or "float32",
+        },  # fmt: skip
     }
 
 

@@ -45,12 +45,16 @@ class OptimConfig:
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
         warmup_steps: linear warm-up from 0 to ``lr``.
+        max_grad_norm: clip the gradient's global norm to this before each step (``None``: no
+            clipping). The modules step by hand (:meth:`PolicyModule.update`), so Lightning's own
+            ``trainer.gradient_clip_val`` does not apply: set this instead.
     """
 
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = 0
+    max_grad_norm: float | None = None
 
 
 def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> Tensor:
@@ -129,9 +133,10 @@ def row_chunks(batch: TokenBatch, max_tokens: int, prefix_of: Callable[[TokenBat
     row, less what ``prefix_of`` (the shared prefix a forward runs once, e.g. a group's system turn)
     saves. A row longer than that is a chunk of its own.
 
-    >>> b = TokenBatch(*(torch.ones(4, 6),) * 5)._replace(attention_mask=torch.tensor([[1] * 6, [1] * 2 + [0] * 4] * 2))
-    >>> row_chunks(b, 12), row_chunks(b, 5), row_chunks(b, 100)
-    ([slice(0, 2, None), slice(2, 4, None)], [slice(0, 1, None), slice(1, 2, None), slice(2, 3, None), slice(3, 4, None)], [slice(0, 4, None)])
+    >>> mask = torch.tensor([[1] * 6, [1] * 2 + [0] * 4] * 2)  # rows of 6, 2, 6, 2 tokens
+    >>> b = TokenBatch(*(torch.ones(4, 6),) * 5)._replace(attention_mask=mask)
+    >>> [(c.start, c.stop) for c in row_chunks(b, 12)], [(c.start, c.stop) for c in row_chunks(b, 5)]
+    ([(0, 2), (2, 4)], [(0, 1), (1, 2), (2, 3), (3, 4)])
     """
     lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
 
@@ -322,11 +327,14 @@ class PolicyModule(pl.LightningModule):
         """One optimizer step on ``loss_of(log-probs of batch)``: gradients accumulated chunk by chunk
         (:func:`backward_in_chunks`: memory bounded, nothing recomputed), then the step and the
         learning-rate schedule. Returns the detached loss and stats."""
-        opt, sched = self.optimizers(), self.lr_schedulers()
+        opt: Any = self.optimizers()
+        sched: Any = self.lr_schedulers()
         opt.zero_grad(set_to_none=True)
         loss, stats = backward_in_chunks(
             self._logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix
         )
+        if self.optim.max_grad_norm:
+            self.clip_gradients(opt, gradient_clip_val=self.optim.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()
         sched.step()
         return loss, stats

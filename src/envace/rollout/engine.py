@@ -24,7 +24,8 @@ On CPUs the engine samples from a copy of the policy whose linear layers hold th
 prepacked for oneDNN (:class:`PackedLinear`, LoRA merged, rebuilt after every update): a linear
 layer then costs about the same for 1 to 8 rows, where the plain fp32 GEMM of 2 or 8 rows costs 2-3x
 one row (``SamplingConfig.pack_weights``). ``SamplingConfig.dtype`` can make that copy bfloat16: on
-CPUs with ``avx512_bf16``/AMX its matmuls are faster still.
+CPUs with ``avx512_bf16``/AMX its matmuls are faster still. Where oneDNN cannot pack a dtype
+(:func:`envace.hardware.can_prepack`: bf16 without native bf16) the copy keeps plain linear layers.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class SamplingConfig:
         dtype: ``None`` samples in the policy's own precision; ``bfloat16`` with a bfloat16 copy of
             its weights, refreshed after every update (faster on CPUs with ``avx512_bf16`` or AMX,
             and on GPUs; ~100x slower elsewhere, warned); ``auto``: bfloat16 where the device
-            computes it natively, else the policy's precision (:mod:`envace.hardware`). The recorded log-probs are then the copy's; the loss's importance ratio
-            corrects for the difference as it does for any separate sampler. Not with FSDP sharding.
+            computes it natively, else the policy's precision (:mod:`envace.hardware`). The
+            recorded log-probs are then the copy's; the loss's importance ratio corrects for the
+            difference as it does for any separate sampler. Not with FSDP sharding.
         pack_weights: on CPU, sample from a copy whose linear layers hold oneDNN-prepacked weights
             (:class:`PackedLinear`; LoRA adapters merged), rebuilt when the weights have changed.
             Same numbers as the policy to float rounding; 2-4x faster linear layers at 2-8 rows.
