@@ -176,6 +176,16 @@ def _chunk_logprobs(fn: Callable[[TokenBatch], Tensor], batch: TokenBatch, rows:
     return torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - width))
 
 
+def chunk_budget(tokens_at_16_bit: int, activations: torch.dtype) -> int:
+    """Tokens per loss chunk for ``activations`` of that dtype, at the memory ``tokens_at_16_bit``
+    16-bit tokens take (activations scale with the element size).
+
+    >>> chunk_budget(2048, torch.bfloat16), chunk_budget(2048, torch.float32)
+    (2048, 1024)
+    """
+    return max(1, tokens_at_16_bit * 2 // torch.empty(0, dtype=activations).element_size())
+
+
 LossOf = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]
 
 
@@ -242,10 +252,13 @@ class PolicyModule(pl.LightningModule):
             system turn and tools) once instead of once per episode (not under FSDP, where the number
             of forward passes must not depend on a rank's data).
         sft_loss: the warm-start loss (role weights: ``act`` and ``rehearse``).
-        loss_chunk_tokens: most padded tokens (rows × length) in one loss forward; a larger batch
-            (a warm-start batch, an RL step's episodes) runs forward and backward in row chunks whose
-            gradients add up (:func:`backward_in_chunks`), so memory does not grow with the number
-            or length of episodes. ``None``: one forward over the whole batch. Not under FSDP.
+        loss_chunk_tokens: most padded tokens (rows × length, a shared prefix counted once) in one
+            loss forward with 16-bit activations (bf16 autocast or weights); 32-bit activations take
+            half as many, for the same memory (:func:`chunk_budget`). A larger batch (a warm-start
+            batch, an RL step's episodes) runs forward and backward in row chunks whose gradients add
+            up (:func:`backward_in_chunks`), so memory does not grow with the number or length of
+            episodes: ``scripts/update_memory.py`` measures it. ``None``: one forward over the whole
+            batch. Not under FSDP.
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
 
@@ -343,7 +356,11 @@ class PolicyModule(pl.LightningModule):
         # Under FSDP every forward is a collective: ranks must run the same number of them, and how
         # many chunks a batch makes, or whether it shares a prefix, depends on its data, so the sharded
         # path never splits.
-        return None if self.device_mesh is not None else self.loss_chunk_tokens
+        if self.device_mesh is not None or not self.loss_chunk_tokens:
+            return None
+        device = next(self.policy.parameters()).device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else self.policy.dtype
+        return chunk_budget(self.loss_chunk_tokens, dtype)
 
     def _prefix(self, batch: TokenBatch) -> int:
         """Length of the prefix :meth:`_logprobs` runs once for ``batch``'s rows (0: none)."""
