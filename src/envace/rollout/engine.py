@@ -415,6 +415,7 @@ class GenerationEngine:
         if self._copy is None or (self._copy_stale and version != self._copy_of):
             with torch.no_grad():
                 if pack:  # rebuilt (0.4-0.6 s for SmolLM2-135M): merging LoRA needs a fresh copy anyway
+                    self._copy = None  # the stale copy goes first: never two copies alive at once
                     self._copy = packed_copy(self.model, dtype)
                 elif self._copy is None:
                     self._copy = copy.deepcopy(self.model).to(dtype).requires_grad_(False).eval()
