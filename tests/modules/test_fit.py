@@ -64,23 +64,61 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
     assert changed, "two more RL steps after resuming must move the restored adapters"
 
 
-def test_sigkill_mid_run_resumes_from_last_checkpoint(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", SMOKE, "--trainer.max_steps", "200",
-           "--trainer.val_check_interval", "1000"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+RESUME = """
+trainer:
+  max_steps: 5
+  val_check_interval: 1000
+  callbacks:
+    - class_path: envace.callbacks.RolloutLogger
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {dirpath: ckpt, save_last: true, every_n_train_steps: 1, save_top_k: -1}
+"""
+
+
+def _run(cwd: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", SMOKE, "--config", str(cwd.parent / "resume.yaml")]
+    return subprocess.run([*cmd, *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _killed_after(cwd: Path, step: int) -> Path:
+    """A run SIGKILLed once its step-``step`` checkpoint exists; that checkpoint."""
+    cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", SMOKE, "--config", str(cwd.parent / "resume.yaml"),
+           "--trainer.max_steps", "200"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     try:
-        while time.time() < deadline and not any(tmp_path.rglob("epoch=*-step=4.ckpt")):
-            time.sleep(0.5)
+        while time.time() < deadline and not list(cwd.rglob(f"epoch=*-step={step + 1}.ckpt")):
+            time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    last = next(tmp_path.rglob("last.ckpt"))
-    step = torch.load(last, weights_only=False)["global_step"]
-    assert 2 <= step < 200  # last.ckpt may still hold the previous save when the kill lands
-    resumed = subprocess.run([*cmd[:-4], "--trainer.max_steps", str(step + 2), "--ckpt_path", "last"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"Restored all states from the checkpoint at {last}" in resumed.stderr + resumed.stdout
-    assert f"`max_steps={step + 2}` reached" in resumed.stderr + resumed.stdout
+    return next(cwd.rglob(f"epoch=*-step={step}.ckpt"))
+
+
+def _trained(ckpt: Path) -> dict[str, torch.Tensor]:
+    return torch.load(ckpt, weights_only=True)["state_dict"]
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+    """SIGKILL at step k (k = 1: in the warm start; k = 3: in RL), resume with ``--ckpt_path``: the
+    weights after step 5 equal the uninterrupted run's exactly (fp32): same batches, same episodes."""
+    (tmp_path / "resume.yaml").write_text(RESUME)
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    run = _run(whole)
+    assert run.returncode == 0, run.stderr[-3000:]
+    want = _trained(next(whole.rglob("epoch=*-step=5.ckpt")))
+    for k in (1, 3):
+        cwd = tmp_path / f"killed-{k}"
+        cwd.mkdir()
+        ckpt = _killed_after(cwd, k)
+        resumed = _run(cwd, "--ckpt_path", str(ckpt))
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        log = resumed.stderr + resumed.stdout
+        assert f"Restored all states from the checkpoint at {ckpt}" in log and "`max_steps=5` reached" in log
+        assert "not resumable" not in log  # the training loader is stateful
+        got = _trained(next(p for p in cwd.rglob("epoch=*-step=5.ckpt")))
+        assert got.keys() == want.keys()
+        for name, value in want.items():
+            assert torch.equal(got[name], value), f"killed at step {k}: {name} differs after resuming"

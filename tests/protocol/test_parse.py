@@ -142,3 +142,64 @@ def test_rehearsal_error_codes() -> None:
         assert parse_rehearsal(text)["error"]["code"] == expected, text
     assert parse_rehearsal(' <execution_result> [1, {"b": null}] </execution_result><|im_end|>') == [1, {"b": None}]
     assert json.loads(json.dumps(parse_rehearsal("x")))  # errors are JSON
+
+
+# --- adversarial model output (issue: parsers never raise; values a consumer cannot use are errors) ---
+
+HUGE_INT = "9" * 4301  # past Python's int-string limit: json.loads raises a bare ValueError
+
+
+def _act_code(arguments: str) -> str | None:
+    parsed = parse_act(f'<tool_call>{{"name": "ls", "arguments": {arguments}}}</tool_call>')
+    return None if parsed.errors[0] is None else parsed.errors[0]["error"]["code"]
+
+
+def test_unusable_argument_values_are_invalid_arguments() -> None:
+    for arguments in (f'{{"a": {HUGE_INT}}}', '{"a": NaN}', '{"a": -Infinity}', '{"a": 1e999}',
+                      '{"folder": "\\ud800"}', '{"\\udfff": 1}'):  # fmt: skip
+        assert _act_code(arguments) == CallError.INVALID_ARGUMENTS, arguments
+    double = json.dumps(json.dumps({"a": float("nan")}))  # double-encoded arguments share the check
+    assert _act_code(double) == CallError.INVALID_ARGUMENTS
+    assert _act_code('{"a": 12345678901234567890}') is None  # a long but usable integer stays valid
+    assert _act_code('{"folder": "\\ud83d\\ude00"}') is None  # a surrogate *pair* is one emoji: fine
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    assert _act_code(deep) == CallError.INVALID_ARGUMENTS
+    assert (
+        parse_rehearsal(f"<execution_result>{deep}</execution_result>")["error"]["code"] == RehearsalError.JSON_DECODE
+    )
+    unclosed = "[" * 100_000
+    assert (
+        parse_rehearsal(f"<execution_result>{unclosed}</execution_result>")["error"]["code"]
+        == RehearsalError.JSON_DECODE
+    )
+
+
+def test_rehearsals_with_unusable_values_are_decode_errors() -> None:
+    for body in (f'{{"n": {HUGE_INT}}}', '{"fuel": NaN}', '{"x": Infinity}', '{"name": "\\ud800"}', "[1e400]"):
+        out = parse_rehearsal(f"<execution_result>{body}</execution_result>")
+        assert out["error"]["code"] == RehearsalError.JSON_DECODE, body
+        out["error"]["message"].encode("utf-8")  # the error itself can be tokenised
+
+
+adversarial_json = st.lists(
+    st.sampled_from(['{', '}', '[', ']', '"', ':', ',', '\\', '\\u', 'd800', 'NaN', 'Infinity', '-', '1e999',
+                     '9' * 400, '"name"', '"arguments"', '"ls"', ' ', 'true', 'null', '\\ud800', '0.', 'e5'])
+    | st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=5),
+    max_size=40,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(adversarial_json)
+def test_parsers_never_raise_on_adversarial_json(body: str) -> None:
+    for parsed in (
+        parse_act(f"<tool_call>{body}</tool_call>", TOOLS),
+        parse_act(f'<tool_call>{{"name": "ls", "arguments": {body}}}</tool_call>'),
+    ):
+        for call in parsed.valid_calls:  # whatever parses as a call holds only usable values
+            json.dumps(call.arguments, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    out = parse_rehearsal(f"<execution_result>{body}</execution_result>")
+    json.dumps(out, allow_nan=False, ensure_ascii=False).encode("utf-8")

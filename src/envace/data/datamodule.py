@@ -9,7 +9,8 @@ tokenises the result once (:func:`envace.protocol.episode.encode_trajectory`).
 A training step receives a :class:`~envace.data.batch.StepBatch`: ``tasks_per_step`` tasks to roll
 out and, when warm-starting, ``sft_batch_size`` grounded episodes padded into a
 :class:`~envace.data.batch.TokenBatch`. The order of both is a seeded permutation per epoch
-(:class:`StepSampler`), so the same seed gives the same batches.
+(:class:`StepSampler`), so the same seed gives the same batches, and a resumed run the batches the
+uninterrupted one would have read (:class:`StepLoader`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -172,6 +173,13 @@ class StepSampler(Sampler[StepKey]):
         self.n_tasks, self.tasks_per_step = n_tasks, tasks_per_step
         self.n_episodes, self.episodes_per_step = n_episodes, episodes_per_step
         self.seed, self.epoch = seed, 0
+        self.skip = 0
+
+    def resume_at(self, step: int) -> None:
+        """The next pass starts at the ``step``-th step of the run (``step % len(self)`` into its epoch),
+        where a run interrupted after ``step`` steps stopped: the keys are a pure function of
+        ``(seed, epoch, position)``, so the resumed run reads what the uninterrupted one would have."""
+        self.skip = step % len(self)
 
     def __len__(self) -> int:
         return math.ceil(self.n_tasks / self.tasks_per_step)
@@ -187,8 +195,38 @@ class StepSampler(Sampler[StepKey]):
         order += order[: steps * k - len(order)]
         sft = _permutation_stream(self.n_episodes, steps * self.episodes_per_step, gen)
         e = self.episodes_per_step if self.n_episodes else 0
-        for s in range(steps):
+        start, self.skip = self.skip, 0
+        for s in range(start, steps):
             yield tuple(order[s * k : (s + 1) * k]), tuple(sft[s * e : (s + 1) * e])
+
+
+class StepLoader(DataLoader[StepBatch]):
+    """The training loader, resumable: Lightning stores :meth:`state_dict` in every checkpoint and
+    hands it to :meth:`load_state_dict` on ``--ckpt_path``, so a resumed run continues with the step
+    the interrupted one would have taken next instead of re-reading its epoch from the start.
+
+    Args:
+        dataset: the training steps' dataset.
+        sampler: the seeded order of steps.
+        position: steps taken so far (the trainer's ``global_step``: one optimizer step per batch).
+        num_workers: DataLoader worker processes.
+    """
+
+    def __init__(self, dataset: StepDataset, sampler: StepSampler, position: Callable[[], int], num_workers: int = 0):
+        super().__init__(dataset, sampler=sampler, batch_size=None, collate_fn=as_step_batch, num_workers=num_workers)
+        self.steps, self.position = sampler, position
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.position(), "steps_per_epoch": len(self.steps), "seed": self.steps.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        mine = {"steps_per_epoch": len(self.steps), "seed": self.steps.seed}
+        theirs = {k: state.get(k) for k in mine}
+        if theirs != mine:
+            raise ValueError(
+                f"the checkpoint's data order {theirs} is not this run's {mine}: same data and seed needed"
+            )
+        self.steps.resume_at(int(state["step"]))
 
 
 class StepDataset(Dataset[StepBatch]):
@@ -403,7 +441,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         steps = StepSampler(
             len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.seed
         )
-        return self._loader(StepDataset(self.train_set, self.episodes, self.pad_id), steps)
+        dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
+        return StepLoader(dataset, steps, lambda: self.trainer.global_step if self.trainer else 0, self.num_workers)
 
     def val_dataloader(self) -> DataLoader[StepBatch]:
         """The validation tasks in source order, ``tasks_per_step`` per batch (the last may hold fewer),

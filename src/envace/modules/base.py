@@ -4,6 +4,7 @@ the optimizer, and per-token log-probs computed only where the loss needs them."
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import DynamicCache
@@ -410,7 +412,7 @@ class PolicyModule(pl.LightningModule):
         """
         if not batch.tasks:
             return None
-        with self.engine.decoding(self.val_temperature):
+        with kept_rng(), self.engine.decoding(self.val_temperature):  # validation moves no training stream
             responder = PolicyRehearsal(self.rehearse_tokens)
             ro = self.run_episodes(batch.tasks, self.val_group_size, responder, lockstep=True)
             episodes = ro.episodes  # type: ignore[attr-defined]
@@ -434,16 +436,57 @@ class PolicyModule(pl.LightningModule):
         """Record the policy spec (plain data: the file opens with ``torch.load(weights_only=True)``
         in ``envace rehearse``/``evaluate``); with LoRA, keep only the trainable weights: the frozen
         base is rebuilt from the spec."""
-        checkpoint["envace"] = {"policy": dataclasses.asdict(self.policy_spec), "tool_style": self.fmt.tool_style}
+        checkpoint["envace"] = {
+            "policy": dataclasses.asdict(self.policy_spec),
+            "tool_style": self.fmt.tool_style,
+            "rng": rng_state(),  # the rollouts' seeds come from the global generators
+        }
         if self.policy_spec.lora is None or self.device_mesh is not None:
             return
         trainable = {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Resume the random streams where the interrupted run left them (its next rollout then
+        draws the same episodes the uninterrupted run drew)."""
+        state = (checkpoint.get("envace") or {}).get("rng")
+        if state is not None:
+            set_rng_state(state)
+
     def log_stats(self, prefix: str, stats: dict[str, Any], batch_size: int) -> None:
         scalars = {f"{prefix}/{k}": float(v.detach() if isinstance(v, Tensor) else v) for k, v in stats.items()
                    if _is_scalar(v)}  # fmt: skip
         self.log_dict(scalars, batch_size=batch_size, sync_dist=False)
+
+
+def rng_state() -> dict[str, Any]:
+    """The global random generators' states (torch CPU, Python, NumPy) as plain data and tensors,
+    so a checkpoint holding them still opens with ``torch.load(weights_only=True)``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+@contextmanager
+def kept_rng() -> Iterator[None]:
+    """Run the block without moving the global random generators (validation between training steps)."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 @contextmanager

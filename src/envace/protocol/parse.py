@@ -6,7 +6,6 @@ Model output is data (DESIGN.md §3.4): every failure becomes a structured error
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from envace.protocol import strict_json
 from envace.types import JSON, ToolCall, ToolSchema, error_observation
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -174,17 +174,26 @@ def validate_call(call: ToolCall, tools: list[ToolSchema]) -> dict[str, Any] | N
     return None
 
 
+def _rejected(exc: strict_json.JSONRejected) -> dict[str, Any]:
+    if exc.kind == "decode":
+        return error_observation(CallError.JSON_DECODE, f"tool call is not valid JSON: {exc}")
+    return error_observation(CallError.INVALID_ARGUMENTS, f"tool call holds an unusable value: {exc}")
+
+
 def _parse_call_body(body: str) -> ToolCall | dict[str, Any]:
     try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return error_observation(CallError.JSON_DECODE, f"tool call is not valid JSON: {exc}")
+        obj = strict_json.loads(body)
+    except strict_json.JSONRejected as exc:
+        return _rejected(exc)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return error_observation(CallError.MALFORMED, 'a tool call is {"name": <string>, "arguments": {...}}')
     args = obj.get("arguments", {})
     if isinstance(args, str):  # some models double-encode the arguments
-        with contextlib.suppress(json.JSONDecodeError, RecursionError):
-            args = json.loads(args)
+        try:
+            args = strict_json.loads(args)
+        except strict_json.JSONRejected as exc:
+            if exc.kind != "decode":  # JSON, but NaN, a lone surrogate, ...: not a string to keep either
+                return _rejected(exc)
     if not isinstance(args, dict):
         return error_observation(CallError.MALFORMED, "tool call arguments must be a JSON object")
     return ToolCall(obj["name"], args)
@@ -251,8 +260,8 @@ def parse_rehearsal(text: str) -> JSON:
         return error_observation(RehearsalError.TAG_MALFORMED, f"expected one {RESULT_OPEN}…{RESULT_CLOSE}")
     body = text[start + len(RESULT_OPEN) : end].strip()
     try:
-        value = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        value = strict_json.loads(body)
+    except strict_json.JSONRejected as exc:
         return error_observation(RehearsalError.JSON_DECODE, f"result is not valid JSON: {exc}")
     if not isinstance(value, dict | list) or not value:
         return error_observation(RehearsalError.INVALID_RESULT_TYPE, "result must be a non-empty JSON object or array")
