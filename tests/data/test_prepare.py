@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import datasets
@@ -114,7 +117,7 @@ def test_bad_path_and_malformed_records_write_nothing(tmp_path):
     lines = broken.read_text().splitlines()
     lines[2] = lines[2].replace('"ground_truth"', '"truth"')
     broken.write_text("\n".join(lines) + "\n")
-    with pytest.raises(RecordError, match=r"BFCL_v4_multi_turn_miss_param.json, line 3, field 'ground_truth'"):
+    with pytest.raises(RecordError, match=r"BFCL_v4_multi_turn_miss_param\.json:3: ground_truth: missing"):
         prepare("bfcl-multi-turn", "all", str(tmp_path / "other"), path=str(root))
     assert not (tmp_path / "other").exists()
 
@@ -123,3 +126,48 @@ def test_verify_prints_groups_and_total(capsys):
     assert data_main(["verify", "--source", "bfcl-multi-turn", "--limit", "1"]) == 0
     printed = capsys.readouterr().out
     assert "multi_turn_base" in printed and "total" in printed and "4/4" in printed
+
+
+# ------------------------------------------------------------------ untrusted input through the CLI
+
+DEEP = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+
+
+def _prepare_args(path: Path, out: Path) -> list[str]:
+    return ["data", "prepare", "--source", "chatlog", "--split", "all", "--path", str(path), "--out", str(out)]
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [(b"", ": no records (the file is empty)"), (DEEP, ":1: unusable JSON value: nested deeper than 512 levels")],
+)
+def test_bad_chatlogs_print_one_line_and_exit_2(tmp_path, capsys, data: bytes, says: str):
+    from envace.cli import main
+
+    path, out = tmp_path / "logs.jsonl", tmp_path / "ds"
+    path.write_bytes(data)
+    assert main(_prepare_args(path, out)) == 2
+    assert capsys.readouterr().err == f"envace data: error: {path}{says}\n"
+    assert not out.exists()
+
+
+def test_the_console_shows_one_line_not_a_traceback(tmp_path):
+    path, out = tmp_path / "logs.jsonl", tmp_path / "ds"
+    path.write_bytes(DEEP)  # once a RecursionError traceback, exit 1
+    run = subprocess.run(
+        [sys.executable, "-m", "envace.cli", *_prepare_args(path, out)], capture_output=True, text=True, timeout=300
+    )
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines() == [
+        f"envace data: error: {path}:1: unusable JSON value: nested deeper than 512 levels"
+    ]
+
+
+def test_no_tasks_or_limit_0_is_an_error(tmp_path):
+    path = tmp_path / "logs.jsonl"
+    path.write_text(json.dumps({"split": "test", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    with pytest.raises(ValueError, match=r"logs\.jsonl: no record has split 'train'"):
+        prepare("chatlog", "train", str(tmp_path / "ds"), path=str(path))
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        prepare("chatlog", "all", str(tmp_path / "ds"), path=str(path), limit=0)
+    assert leftovers(tmp_path) == ["logs.jsonl"]

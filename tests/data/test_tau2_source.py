@@ -95,6 +95,9 @@ def test_errors_on_broken_json_and_unknown_split(copy_of_airline: Path) -> None:
     (copy_of_airline / "airline" / "tasks.json").write_text('[\n  {"id": "0",,}\n]')
     with pytest.raises(ValueError, match=r"tasks\.json:2:\d+: not valid JSON"):
         load_tau2(path=str(copy_of_airline), domains=("airline",))
+    (copy_of_airline / "airline" / "tasks.json").write_text('[{"id": "0", "ticket": NaN}]')
+    with pytest.raises(ValueError, match=r"tasks\.json: \[0\]\.ticket: unusable JSON value: NaN is not a JSON number"):
+        load_tau2(path=str(copy_of_airline), domains=("airline",))
     with pytest.raises(ValueError, match=r"split_tasks\.json: no split 'dev'"):
         load_tau2(split="dev", domains=("airline",))
     with pytest.raises(ValueError, match="unknown tau2 domain"):

@@ -109,6 +109,9 @@ def test_errors_name_file_index_and_field(small_copy: Path) -> None:
     tasks_file.write_text('[\n{"id": 1,\n oops}]')
     with pytest.raises(ValueError, match=r"delivery_tasks_en\.json:3:2: not valid JSON"):
         load_vitabench(path=str(small_copy))
+    tasks_file.write_bytes(b'[\n{"id": 1,\n "instructions": "caf\xe9"}]')  # latin-1: the byte's line, column and field
+    with pytest.raises(ValueError, match=r"delivery_tasks_en\.json:3:22: \[0\]\.instructions: not UTF-8: byte 0xe9"):
+        load_vitabench(path=str(small_copy))
 
 
 def test_tool_file_errors(small_copy: Path) -> None:

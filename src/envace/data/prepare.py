@@ -88,11 +88,15 @@ def prepare(
         split: ``train``, ``test`` or ``all``.
         out: the folder to write (``datasets`` ``save_to_disk`` layout), written atomically.
         path: the source's own data location; default: the packaged copy.
-        limit: keep only the first ``limit`` tasks.
+        limit: keep only the first ``limit`` tasks (at least 1).
         grounded: replay each task's gold in its real environment and add ``trajectory_json``.
         overwrite: replace ``out`` if it exists.
     """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}: an empty dataset is never written")
     tasks = load_source(source, split=split, path=path)
+    if not tasks:  # an empty input is an error, not an empty dataset that fails later
+        raise ValueError(f"source {source!r} has no {split!r} tasks{f' in {path}' if path else ''}; nothing written")
     if limit is not None:
         tasks = tasks[:limit]
     dataset = datasets.Dataset.from_dict(task_rows(tasks, grounded=grounded))

@@ -462,7 +462,8 @@ class PolicyModule(pl.LightningModule):
 def rng_state() -> dict[str, Any]:
     """The global random generators' states (torch CPU, Python, NumPy) as plain data and tensors,
     so a checkpoint holding them still opens with ``torch.load(weights_only=True)``."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    keys = np.asarray(keys)
     return {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),

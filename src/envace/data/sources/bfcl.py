@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
 import keyword
 from pathlib import Path
 from typing import Any
 
 from envace._bfcl import bfcl_data_dir, bfcl_module
-from envace.data.sources import VerifyReport
+from envace.data.sources import VerifyReport, records
+from envace.data.sources.records import RecordError
 from envace.protocol.parse import tool_name
 from envace.types import Task, ToolCall, ToolSchema
 
@@ -53,30 +53,14 @@ SPLITS = ("train", "val", "test", "all")
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
 
-class RecordError(ValueError):
-    """A malformed benchmark record, named by file, 1-based line and field."""
-
-    def __init__(self, file: Path | str, line: int, field: str, message: str) -> None:
-        self.file, self.line, self.field = str(file), line, field
-        super().__init__(f"{file}, line {line}, field {field!r}: {message}")
-
-
 def read_jsonl(file: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, record)`` for each non-blank line of a JSONL file."""
+    """``(line number, record)`` for each non-blank line of a JSONL file; every record an object."""
     if not file.is_file():
         raise FileNotFoundError(f"BFCL data file not found: {file}")
-    rows = []
-    with file.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(file, n, "<line>", f"not valid JSON: {exc}") from None
-            if not isinstance(record, dict):
-                raise RecordError(file, n, "<line>", "a record must be a JSON object")
-            rows.append((n, record))
+    rows = records.read_jsonl(file)
+    for n, record in rows:
+        if not isinstance(record, dict):
+            raise RecordError(file, n, None, f"a record must be a JSON object, got {type(record).__name__}")
     return rows
 
 
@@ -84,7 +68,8 @@ def _get(record: dict[str, Any], name: str, kind: type | tuple[type, ...], file:
     if name not in record:
         raise RecordError(file, line, name, "missing")
     if not isinstance(record[name], kind):
-        raise RecordError(file, line, name, f"expected {kind}, got {type(record[name]).__name__}")
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise RecordError(file, line, name, f"expected {expected}, got {type(record[name]).__name__}")
     return record[name]
 
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
 from envace.data.sources import VerifyReport
+from envace.data.sources.records import RecordError, read_json
 from envace.envs.tau2 import Tau2Environment, tau2_environment, tool_schemas, write_tool_names
 from envace.types import Task, ToolCall
 
@@ -49,15 +49,6 @@ def tau2_data_dir() -> Path:
     import tau2
 
     return Path(tau2.__file__).parent / "data" / "tau2" / "domains"
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -94,12 +85,16 @@ def parse_tasks(raw: Any, where: str, keep: set[str] | None = None) -> list[Any]
 
 
 def _split_ids(domain_dir: Path, split: str) -> list[str]:
-    splits = _read_json(domain_dir / "split_tasks.json")
+    file = domain_dir / "split_tasks.json"
+    splits = read_json(file)
     name = "base" if split == "all" else split
     if not isinstance(splits, dict) or name not in splits:
         known = sorted(splits) if isinstance(splits, dict) else []
-        raise ValueError(f"{domain_dir / 'split_tasks.json'}: no split {name!r}; known: {known}")
-    return list(splits[name])
+        raise ValueError(f"{file}: no split {name!r}; known: {known}")
+    ids = splits[name]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise RecordError(file, None, name, "expected a list of task id strings")
+    return ids
 
 
 def _action_dict(action: Any) -> dict[str, Any]:
@@ -182,7 +177,7 @@ def load_tau2(
         prompt, tools, env_info = domain_info(domain)
         tasks_file = root / domain / "tasks.json"
         ids = _split_ids(root / domain, split)
-        by_id = {t.id: t for t in parse_tasks(_read_json(tasks_file), str(tasks_file), set(ids))}
+        by_id = {t.id: t for t in parse_tasks(read_json(tasks_file), str(tasks_file), set(ids))}
         for task_id in ids:
             if task_id not in by_id:
                 raise ValueError(f"{root / domain / 'split_tasks.json'}: {split}: unknown task id {task_id!r}")

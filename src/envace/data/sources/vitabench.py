@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from envace.data.sources.records import RecordError, read_json
 from envace.types import Task
 
 ENV_VAR = "ENVACE_VITABENCH"
@@ -36,14 +37,9 @@ _DB_TABLES: dict[str, str] = {"orders": "order", "books": "book", "reservations"
 
 
 def _read_array(path: Path) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    data = read_json(path)
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON array, got {type(data).__name__}")
+        raise RecordError(path, None, None, f"expected a JSON array, got {type(data).__name__}")
     return data
 
 
