@@ -107,7 +107,7 @@ def test_server_error_then_success_is_retried_with_backoff(server: tuple[str, St
     stub.replies = [(503, ""), (500, ""), (200, '{"score": 1}')]
     j, waits = judge(url, max_retries=3)
     out = j(*task_and_traj())
-    assert out.score == 1.0 and out.success
+    assert out.score == 1.0 and out.success and out.details["judge_failures"] == {"http_503": 1, "http_500": 1}
     assert len(stub.requests) == 3 and waits == [0.5, 1.0]  # exponential: backoff, 2 * backoff
 
 
@@ -116,7 +116,7 @@ def test_persistent_failure_and_client_error_are_masked(server: tuple[str, Stub]
     stub.replies = [(502, "")]
     j, waits = judge(url, max_retries=2)
     out = j(*task_and_traj())
-    assert out.masked and "HTTP 502" in out.details["error"]
+    assert out.masked and "HTTP 502" in out.details["error"] and out.details["judge_failures"] == {"http_502": 3}
     assert len(stub.requests) == 3 and waits == [0.5, 1.0]
     stub.requests.clear()
     stub.replies = [(400, "")]
@@ -131,7 +131,7 @@ def test_unreachable_endpoint_is_masked() -> None:
         port = s.getsockname()[1]
     j, waits = judge(f"http://127.0.0.1:{port}/v1", max_retries=1)
     out = j(*task_and_traj())
-    assert out.masked and len(waits) == 1
+    assert out.masked and len(waits) == 1 and out.details["judge_failures"] == {"connection": 2}
 
 
 def test_prompt_checklist_and_env_default(monkeypatch: pytest.MonkeyPatch) -> None:

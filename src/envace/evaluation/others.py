@@ -49,6 +49,19 @@ def opening_instructions(episode: Episode) -> str | None:
     return str(sim.get("instructions") or "") or None
 
 
+def rubric_verdict(judge: LLMJudge, episode: Episode) -> dict[str, Any]:
+    """The rubric judge's score and details for a VitaBench episode. A judge that fails (masked) or
+    raises leaves the item scored by the proxy, flagged ``judge_failed``: a glitch of the remote,
+    untrusted judge must not drop the item."""
+    rubrics = [*episode.task.extra.get("state_rubrics", []), *episode.task.extra.get("overall_rubrics", [])]
+    task = dataclasses.replace(episode.task, extra={**episode.task.extra, "checklist": rubrics})
+    try:
+        verdict = judge(task, episode.trajectory())
+    except Exception as exc:  # the proxy score stands whatever the judge does
+        verdict = RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}"})
+    return {"judge": verdict.score, "judge_details": verdict.details, "judge_failed": verdict.masked}
+
+
 class VitaBenchmark(Benchmark):
     """VitaBench (see the module docstring).
 
@@ -94,11 +107,7 @@ class VitaBenchmark(Benchmark):
         proxy = vitabench_proxy(episode.task, episode.trajectory())
         details = {**proxy.details, "proxy": proxy.score}
         if self.judge is not None:
-            rubrics = [*episode.task.extra.get("state_rubrics", []), *episode.task.extra.get("overall_rubrics", [])]
-            task = dataclasses.replace(episode.task, extra={**episode.task.extra, "checklist": rubrics})
-            verdict = self.judge(task, episode.trajectory())
-            details["judge"] = verdict.score
-            details["judge_details"] = verdict.details
+            details.update(rubric_verdict(self.judge, episode))
         return RewardOutput(proxy.score, proxy.success, details)
 
     def summarize(self, items: list[ItemResult]) -> list[Summary]:

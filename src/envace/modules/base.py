@@ -22,7 +22,7 @@ from envace.losses import RoleNLLLoss, gather_logprobs
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat, make_format
-from envace.rewards import compute_reward
+from envace.rewards import JudgeSettings, RewardOutput, compute_reward
 from envace.rollout import (
     GenerationEngine,
     PolicyRehearsal,
@@ -261,6 +261,9 @@ class PolicyModule(pl.LightningModule):
             up (:func:`backward_in_chunks`), so memory does not grow with the number or length of
             episodes: ``scripts/update_memory.py`` measures it. ``None``: one forward over the whole
             batch. Not under FSDP.
+        judge: where the ``judge`` reward's remote model is and how long it may take
+            (:class:`~envace.rewards.judge.JudgeSettings`); ``None``: the ``ENVACE_JUDGE_*``
+            environment variables.
         fsdp_layer_names: module class names sharded one by one under FSDP2 (decoder layers).
     """
 
@@ -279,6 +282,7 @@ class PolicyModule(pl.LightningModule):
         share_prefix: bool = True,
         sft_loss: RoleNLLLoss | None = None,
         loss_chunk_tokens: int | None = 2048,
+        judge: JudgeSettings | None = None,
         fsdp_layer_names: tuple[str, ...] = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"),
     ):
         super().__init__()
@@ -293,6 +297,7 @@ class PolicyModule(pl.LightningModule):
         self.val_gold_fidelity = val_gold_fidelity
         self.sft_loss = sft_loss or RoleNLLLoss()
         self.loss_chunk_tokens = loss_chunk_tokens
+        self.judge = judge
         self._engine: GenerationEngine | None = None
         self.fsdp_layer_names = tuple(fsdp_layer_names)
         self.tokenizer = load_tokenizer(self.policy_spec.name_or_path)
@@ -416,10 +421,14 @@ class PolicyModule(pl.LightningModule):
             responder = PolicyRehearsal(self.rehearse_tokens)
             ro = self.run_episodes(batch.tasks, self.val_group_size, responder, lockstep=True)
             episodes = ro.episodes  # type: ignore[attr-defined]
-            out = {"episodes": episodes, "rewards": [compute_reward(e.task, e.trajectory()) for e in episodes]}
+            out = {"episodes": episodes, "rewards": [self.reward(e) for e in episodes]}
             if self.val_gold_fidelity:
                 out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
         return out
+
+    def reward(self, episode: Any) -> RewardOutput:
+        """The episode's task reward (masked, never raising, when it cannot be computed)."""
+        return compute_reward(episode.task, episode.trajectory(), judge=self.judge)
 
     def gold_rehearsals(self, tasks: list[Task]) -> list[Any]:
         """Episodes whose acts are the gold calls and whose tool turns the policy rehearses."""

@@ -11,7 +11,6 @@ from torch import Tensor
 from envace.data.batch import StepBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
 from envace.modules.base import PolicyModule, chunked_logprobs, selected_logprobs
-from envace.rewards import compute_reward
 from envace.rollout import PolicyRehearsal, Responder
 
 
@@ -67,7 +66,7 @@ class EnvACEModule(PolicyModule):
         ro = self.run_episodes(batch.tasks, self.group_size, self.responder)
         episodes = ro.episodes  # type: ignore[attr-defined]
         self.engine.reset_cache()  # the rollout's keys and values are dead weight through the update
-        rewards = [compute_reward(e.task, e.trajectory()) for e in episodes]
+        rewards = [self.reward(e) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
         inputs = LossInputs(
             logprobs=tokens.logprobs,  # replaced by the policy's, chunk by chunk, in update()

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from functools import cache
 
 from envace.rewards.base import RewardOutput
+from envace.rewards.judge import JudgeSettings, LLMJudge
 from envace.types import Task, Trajectory
 
 RewardFn = Callable[[Task, Trajectory], RewardOutput]
@@ -84,7 +85,9 @@ def reward_for(task: Task) -> RewardFn:
     return get_reward(reward_name(task))
 
 
-def compute_reward(task: Task, traj: Trajectory, strict: bool = False) -> RewardOutput:
+def compute_reward(
+    task: Task, traj: Trajectory, strict: bool = False, judge: JudgeSettings | None = None
+) -> RewardOutput:
     """Score ``traj`` with :func:`reward_for` ``(task)``.
 
     Args:
@@ -93,14 +96,27 @@ def compute_reward(task: Task, traj: Trajectory, strict: bool = False) -> Reward
         strict: re-raise an exception of the reward function; by default it masks the episode
             (``score=None``, the exception in ``details["error"]``): a reward that cannot be
             computed must not stop a training run nor score 0 (DESIGN.md §3.5).
+        judge: the endpoint, model, deadline, retries and budget of the ``judge`` reward; by
+            default they are read from the ``ENVACE_JUDGE_*`` environment variables
+            (:func:`envace.rewards.judge.settings_from_env`).
     """
-    fn = reward_for(task)
+    name = reward_name(task)
+    fn = LLMJudge.from_settings(judge) if judge is not None and name == "judge" else get_reward(name)
     try:
         return fn(task, traj)
     except Exception as exc:
         if strict:
             raise
-        return RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}", "reward": reward_name(task)})
+        return RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}", "reward": name})
 
 
-__all__ = ["REWARDS", "RewardFn", "RewardOutput", "compute_reward", "get_reward", "reward_for", "reward_name"]
+__all__ = [
+    "REWARDS",
+    "JudgeSettings",
+    "RewardFn",
+    "RewardOutput",
+    "compute_reward",
+    "get_reward",
+    "reward_for",
+    "reward_name",
+]

@@ -1,23 +1,33 @@
 """An optional LLM judge over an OpenAI-compatible chat endpoint (standard library only).
 
 The judge reads a checklist built from the task and the episode's transcript, and answers with a
-JSON verdict ``{"score": <0..1>, "checks": [...], "reason": "..."}``. Transport failures are
-retried with exponential backoff; anything that still fails — the endpoint, the envelope, or a
-verdict without a score in [0, 1] — masks the episode (``score=None``), never scores it 0
-(DESIGN.md §1: upstream masks judge failures).
+JSON verdict ``{"score": <0..1>, "checks": [...], "reason": "..."}``.
+
+The endpoint is untrusted: it may hang, trickle bytes, cut a body short, send a broken status line,
+a body that is not UTF-8 or not JSON, or JSON of the wrong shape. So every call has a total
+deadline (checked before every socket read, not per read), every episode a total budget over its
+attempts and back-off (:class:`JudgeSettings`: 45 s at most by default), and every failure is
+caught: retried when another attempt may pass, then the episode is masked (``score=None``), never
+scored 0 (DESIGN.md §1: upstream masks judge failures), and each failed attempt is counted by kind
+in ``details["judge_failures"]`` (:func:`failure_kind`).
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import math
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from functools import partial
+from typing import Any, Self, cast
 
 from envace.rewards.base import RewardOutput
 from envace.types import Message, Task, Trajectory
@@ -29,6 +39,26 @@ SYSTEM = (
     '"checks": [{"item": <text>, "passed": <true|false>}], "reason": <one sentence>}.'
 )
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: the kind of a failed attempt (:func:`failure_kind`), first match wins
+KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (TimeoutError, "timeout"),  # a read, send or connect past the deadline
+    (http.client.HTTPException, "protocol"),  # BadStatusLine, IncompleteRead, RemoteDisconnected, LineTooLong
+    (UnicodeDecodeError, "decode"),  # a body that is not UTF-8
+    (OSError, "connection"),  # refused, reset, unreachable, name resolution, TLS
+    (ValueError, "request"),  # e.g. a URL that urllib cannot use
+)
+#: the kinds worth another attempt: the endpoint may answer next time
+RETRIED = frozenset({"timeout", "protocol", "decode", "json", "connection"} | {f"http_{c}" for c in RETRY_STATUS})
+#: what an attempt may raise; anything else is a bug, not the endpoint's failure
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
+#: the settings that ``ENVACE_JUDGE_*`` environment variables set (:func:`settings_from_env`)
+ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "base_url": ("ENVACE_JUDGE_URL", str),
+    "model": ("ENVACE_JUDGE_MODEL", str),
+    "timeout": ("ENVACE_JUDGE_TIMEOUT", float),
+    "max_retries": ("ENVACE_JUDGE_RETRIES", int),
+    "budget": ("ENVACE_JUDGE_BUDGET", float),
+}
 
 
 def checklist(task: Task) -> list[str]:
@@ -66,20 +96,25 @@ def build_prompt(task: Task, traj: Trajectory, max_chars_per_message: int = 2000
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def parse_verdict(text: str) -> dict[str, Any] | None:
-    """The first JSON object in ``text`` that has a numeric ``score`` in [0, 1], else ``None``.
+def parse_verdict(text: str, limit: int = 32_768) -> dict[str, Any] | None:
+    """The first JSON object in ``text[:limit]`` that has a numeric ``score`` in [0, 1], else ``None``.
+
+    Only the first ``limit`` characters are searched: a verdict is at most ``max_tokens`` long, and
+    each failed parse costs time in proportion to its offset, so an endpoint that sends a megabyte
+    of ``{`` would otherwise hold the search for minutes (32 KiB: under a second in the worst case).
 
     >>> parse_verdict('```json\\n{"score": 0.5, "reason": "half"}\\n```')["score"]
     0.5
     >>> parse_verdict('{"score": "high"}') is None, parse_verdict("no json") is None
     (True, True)
     """
+    text = text[:limit]
     decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
         try:
             obj, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, nested too deep, an integer too long
             start = text.find("{", start + 1)
             continue
         score = obj.get("score") if isinstance(obj, dict) else None
@@ -90,92 +125,317 @@ def parse_verdict(text: str) -> dict[str, Any] | None:
 
 
 class JudgeError(RuntimeError):
-    """The endpoint failed (after retries) or answered with an unusable envelope."""
+    """The endpoint failed: on every attempt, on one not worth retrying, or until the budget ran out."""
 
 
-@dataclass
-class LLMJudge:
-    """A reward function ``(task, traj) -> RewardOutput`` backed by an LLM judge.
+class BadAnswer(ValueError):
+    """The endpoint answered, but not with a usable chat completion: not JSON (``json``, retried),
+    JSON of the wrong shape (``envelope``) or too long (``too_large``), not retried: it would answer
+    the same."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The counter key of one failed attempt: ``http_<status>``, a kind of :data:`KINDS`, or the
+    kind of a :class:`BadAnswer` (``json``, ``envelope``, ``too_large``).
+
+    >>> failure_kind(http.client.RemoteDisconnected("closed")), failure_kind(urllib.error.URLError(TimeoutError()))
+    ('protocol', 'timeout')
+    >>> failure_kind(UnicodeDecodeError("utf-8", b"\\xff", 0, 1, "invalid start byte"))
+    'decode'
+    """
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"http_{exc.code}"
+    if isinstance(exc, BadAnswer):
+        return exc.kind
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        return failure_kind(exc.reason)  # urllib wraps what failed while connecting and sending
+    return next((kind for cls, kind in KINDS if isinstance(exc, cls)), "other")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic``); ``TimeoutError`` once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the judge call ran past its deadline")
+    return left
+
+
+class _DeadlineSocket:
+    """A connected socket bounded by a total deadline: before each send and each read its timeout is
+    set to the time left. urllib's own timeout is per read, so a server that trickles one byte at a
+    time would otherwise hold a call for ever."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.raw, self.deadline = sock, deadline
+
+    def arm(self) -> None:
+        self.raw.settimeout(_left(self.deadline))
+
+    def sendall(self, data: Any) -> None:
+        self.arm()
+        self.raw.sendall(data)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kw: Any) -> io.BufferedReader:
+        """The response stream (``http.client`` asks for ``"rb"`` only)."""
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def __getattr__(self, name: str) -> Any:  # close, fileno, ...: the socket's own
+        return getattr(self.raw, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's byte stream, each read armed with the time left. It holds the socket's own
+    stream, so the socket stays open until the response is read even after urllib closes it."""
+
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        super().__init__()
+        self._sock, self._stream = sock, sock.raw.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.arm()
+        return self._stream.readinto(buffer)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket ends every operation by ``deadline`` (connecting is bounded by
+    the ``timeout`` urllib passes: the time left when the attempt starts)."""
+
+    def __init__(self, *args: Any, deadline: float, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = cast(socket.socket, _DeadlineSocket(self.sock, self.deadline))
+
+
+class _DeadlineHTTPSConnection(_DeadlineConnection, http.client.HTTPSConnection):
+    """The same over TLS (the socket is wrapped after the handshake)."""
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_DeadlineConnection, deadline=self.deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_DeadlineHTTPSConnection, deadline=self.deadline), req)
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """urllib's default chain (proxies from the environment, redirects, HTTP errors raised) with both
+    connection kinds bounded by ``deadline``, and no FTP or file handlers."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.UnknownHandler(),
+        _HTTPHandler(deadline),
+        _HTTPSHandler(deadline),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPRedirectHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+def _read_body(response: http.client.HTTPResponse, limit: int) -> bytes:
+    """The whole body, in chunks (each read armed with the time left), at most ``limit`` bytes."""
+    if response.length is not None and response.length > limit:
+        raise BadAnswer("too_large", f"response of {response.length} bytes (limit {limit})")
+    chunks: list[bytes] = []
+    while chunk := response.read(65536):
+        chunks.append(chunk)
+        if sum(map(len, chunks)) > limit:
+            raise BadAnswer("too_large", f"response over {limit} bytes")
+    if response.length:  # declared bytes that never came: read(n) returns b"" where read() would raise
+        raise http.client.IncompleteRead(b"".join(chunks), response.length)
+    return b"".join(chunks)
+
+
+def _content(body: bytes) -> str:
+    """The assistant text of a chat-completion body; ``UnicodeDecodeError`` or :class:`BadAnswer`
+    for anything else."""
+    text = body.decode("utf-8")
+    try:
+        reply = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, an integer too long
+        raise BadAnswer("json", f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+    try:
+        content = reply["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        content = None
+    if not isinstance(content, str):
+        raise BadAnswer("envelope", f"unexpected response envelope: {body[:200]!r}")
+    return content
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Where the judge is and how long it may take: the judge's part of a config.
+
+    With the defaults an episode waits **at most 45 s** for its verdict (``budget``): three attempts
+    of at most 20 s each with 1 s and 2 s of back-off, cut off at 45 s. (Before: 60 s per *read* and
+    4 attempts, 247 s when every read timed out, and no bound at all for a server that trickles.)
+    Resolving the host name is outside the deadline (the standard library cannot bound it): give an
+    IP address or a host the local resolver answers.
 
     Args:
-        base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is added).
+        base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
+            added); ``None``: no judge, every episode is masked.
         model: model name sent in the request.
         api_key_env: name of the environment variable holding a bearer token; unset = no header.
-        timeout: seconds per HTTP request.
-        max_retries: retries after the first attempt, on connection errors, timeouts and HTTP
+        timeout: seconds one HTTP call may take in all (connect, send, every read), not per read.
+        max_retries: retries after the first attempt, on the kinds of :data:`RETRIED`: timeouts,
+            connection and protocol errors, bodies that are not UTF-8 or not JSON, HTTP
             408/409/425/429/5xx.
         backoff: seconds before the first retry; doubles each retry.
+        budget: seconds one episode may spend on the judge, attempts and back-off together.
         success_threshold: ``success`` is ``score >= success_threshold``.
         max_tokens: completion budget of the verdict.
-        sleep: the wait function (tests replace it).
+        max_response_bytes: a longer response body fails the attempt (``too_large``) unread.
     """
 
-    base_url: str
+    base_url: str | None = None
     model: str = "judge"
     api_key_env: str | None = "ENVACE_JUDGE_API_KEY"
-    timeout: float = 60.0
-    max_retries: int = 3
+    timeout: float = 20.0
+    max_retries: int = 2
     backoff: float = 1.0
+    budget: float = 45.0
     success_threshold: float = 1.0
     max_tokens: int = 1024
-    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    max_response_bytes: int = 1 << 20
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        positive = all(math.isfinite(x) and x > 0 for x in (self.timeout, self.budget, self.max_response_bytes))
+        if not positive or self.max_retries < 0 or not 0 <= self.backoff < math.inf:
+            raise ValueError(f"judge settings out of range: {self}")
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> JudgeSettings:
+    """The defaults, then the ``ENVACE_JUDGE_*`` variables that are set (:data:`ENV`), then ``overrides``.
+
+    >>> settings_from_env({"ENVACE_JUDGE_URL": "http://127.0.0.1:9/v1", "ENVACE_JUDGE_BUDGET": "10"}, max_retries=0)
+    JudgeSettings(base_url='http://127.0.0.1:9/v1', model='judge', api_key_env='ENVACE_JUDGE_API_KEY', \
+timeout=20.0, max_retries=0, backoff=1.0, budget=10.0, success_threshold=1.0, max_tokens=1024, \
+max_response_bytes=1048576)
+    """
+    env = os.environ if environ is None else environ
+    given = {name: parse(env[var]) for name, (var, parse) in ENV.items() if env.get(var)}
+    return JudgeSettings(**{**given, **overrides})
+
+
+@dataclass(frozen=True)
+class LLMJudge(JudgeSettings):
+    """A reward function ``(task, traj) -> RewardOutput`` backed by an LLM judge (its settings:
+    :class:`JudgeSettings`).
+
+    Args:
+        sleep: the wait function (tests replace it).
+        failures: failed attempts by kind over this judge's life, for logs; each episode's own are
+            in its ``details["judge_failures"]`` (exact while one thread uses the judge).
+    """
+
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    failures: Counter[str] = field(default_factory=Counter, repr=False, compare=False)
+
+    def _attempt(self, payload: dict[str, Any], deadline: float) -> str:
+        """One POST that ends by ``deadline`` (``time.monotonic``): the assistant text, or one of
+        :data:`TRANSPORT_ERRORS`."""
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        url = self.base_url.rstrip("/") + "/chat/completions"
+        url = str(self.base_url).rstrip("/") + "/chat/completions"
         request = urllib.request.Request(url, json.dumps(payload).encode(), headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            return json.loads(response.read().decode("utf-8"))  # type: ignore[no-any-return]
+        try:
+            with _opener(deadline).open(request, timeout=_left(deadline)) as response:
+                body = _read_body(response, self.max_response_bytes)
+        except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the connection
+            raise
+        return _content(body)
 
     def complete(self, messages: list[dict[str, str]]) -> str:
-        """The assistant text of one chat completion, with retries; raises :class:`JudgeError`."""
+        """The assistant text of one chat completion within ``budget`` seconds, retrying the kinds of
+        :data:`RETRIED`; raises :class:`JudgeError`. Each failed attempt counts in :attr:`failures`."""
         payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        last = ""
+        end, last = time.monotonic() + self.budget, ""
         for attempt in range(self.max_retries + 1):
+            wait = self.backoff * 2 ** (attempt - 1) if attempt else 0.0
+            if time.monotonic() + wait >= end:
+                raise JudgeError(f"judge budget of {self.budget:g} s spent after {attempt} attempt(s): {last}")
             if attempt:
-                self.sleep(self.backoff * 2 ** (attempt - 1))
+                self.sleep(wait)
             try:
-                body = self._post(payload)
-            except urllib.error.HTTPError as exc:
-                last = f"HTTP {exc.code}"
-                if exc.code not in RETRY_STATUS:
+                return self._attempt(payload, min(time.monotonic() + self.timeout, end))
+            except TRANSPORT_ERRORS as exc:
+                kind, last = failure_kind(exc), _describe(exc)
+                self.failures[kind] += 1
+                if kind not in RETRIED:
                     break
-                continue
-            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            try:
-                return str(body["choices"][0]["message"]["content"])
-            except (KeyError, IndexError, TypeError):
-                raise JudgeError(f"unexpected response envelope: {str(body)[:200]}") from None
         raise JudgeError(f"judge endpoint failed after {attempt + 1} attempt(s): {last}")
 
     def __call__(self, task: Task, traj: Trajectory) -> RewardOutput:
+        """The verdict's score; masked (``score=None``) when the judge fails, with this episode's
+        failed attempts by kind in ``details["judge_failures"]``."""
+        if not self.base_url:
+            return RewardOutput(None, False, {"error": "no judge endpoint: set ENVACE_JUDGE_URL"})
+        before = self.failures.copy()
         try:
             text = self.complete(build_prompt(task, traj))
         except JudgeError as exc:
-            return RewardOutput(None, False, {"error": str(exc)})
+            return RewardOutput(None, False, {"error": str(exc), "judge_failures": dict(self.failures - before)})
         verdict = parse_verdict(text)
         if verdict is None:
-            return RewardOutput(None, False, {"error": "no verdict with a score in [0, 1]", "raw": text[:500]})
+            self.failures["verdict"] += 1
+            error = {"error": "no verdict with a score in [0, 1]", "raw": text[:500]}
+            return RewardOutput(None, False, {**error, "judge_failures": dict(self.failures - before)})
         score = float(verdict["score"])
-        return RewardOutput(score, score >= self.success_threshold, {"verdict": verdict})
+        details = {"verdict": verdict, "judge_failures": dict(self.failures - before)}
+        return RewardOutput(score, score >= self.success_threshold, details)
 
     @classmethod
-    def from_env(cls) -> LLMJudge | None:
-        """A judge configured by ``ENVACE_JUDGE_URL`` (and optional ``ENVACE_JUDGE_MODEL``), or ``None``."""
-        url = os.environ.get("ENVACE_JUDGE_URL")
-        if not url:
-            return None
-        return cls(base_url=url, model=os.environ.get("ENVACE_JUDGE_MODEL", "judge"))
+    def from_settings(cls, settings: JudgeSettings, **kw: Any) -> Self:
+        """A judge with ``settings`` (``kw``: ``sleep``)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(JudgeSettings)}, **kw)
+
+    @classmethod
+    def from_env(cls) -> Self | None:
+        """A judge configured by ``ENVACE_JUDGE_*`` (:func:`settings_from_env`), or ``None`` without
+        ``ENVACE_JUDGE_URL``."""
+        settings = settings_from_env()
+        return cls.from_settings(settings) if settings.base_url else None
 
 
 def judge_reward(task: Task, traj: Trajectory) -> RewardOutput:
-    """The registry's ``judge`` reward: :meth:`LLMJudge.from_env`; masked when no endpoint is set."""
-    judge = LLMJudge.from_env()
-    if judge is None:
-        return RewardOutput(None, False, {"error": "no judge endpoint: set ENVACE_JUDGE_URL"})
-    return judge(task, traj)
+    """The registry's ``judge`` reward, configured by ``ENVACE_JUDGE_*`` (or pass
+    :class:`JudgeSettings` to :func:`envace.rewards.compute_reward`); masked when no endpoint is set."""
+    return LLMJudge.from_settings(settings_from_env())(task, traj)
