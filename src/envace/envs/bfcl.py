@@ -13,6 +13,14 @@ config names a results folder, the entry id and its scenario; a prerequisite con
 from its scenario's latest snapshot and writes it back when the environment closes (bfcl-eval's
 runner flushes at the end of every ``*_prereq_*`` conversation); a question only reads it. See
 :mod:`envace.evaluation.bfcl_memory`.
+
+Every call runs behind :meth:`Environment.guarded <envace.envs.base.Environment.guarded>` (argument
+checks, a deadline, a JSON-safe answer). The API objects are mutated in place, so the call runs in an
+abandonable thread, not a subprocess; a call that times out leaves the environment broken. Four
+``MathAPI`` methods can spend minutes inside one C call that keeps the GIL, which no thread deadline
+interrupts, so their arguments are bounded first (:data:`ARGUMENT_GUARDS`): ``power`` of two
+integers (:func:`envace.envs.safe_calc.check_power`), the ``precision`` of ``logarithm`` (mpmath)
+and ``square_root`` (``decimal``), and the ``decimal_places`` of ``round_number``.
 """
 
 from __future__ import annotations
@@ -20,15 +28,17 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from envace._bfcl import bfcl_module
-from envace.envs.base import Environment
-from envace.protocol.parse import tool_name, validate_call
+from envace.envs.base import DEFAULT_CALL_TIMEOUT_S, EXECUTION_ERROR, Environment
+from envace.envs.safe_calc import CalculationLimit, check_power
+from envace.protocol.parse import CallError, tool_name, validate_call
 from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation
 
-EXECUTION_ERROR = "EXECUTION_ERROR"
+MAX_PRECISION = 1000  # digits; bfcl's gold asks for at most 10
 
 
 def to_json(value: Any, _path: tuple[int, ...] = ()) -> JSON:
@@ -94,6 +104,43 @@ def is_memory_prereq(instance: Any) -> bool:
     return hasattr(instance, "_flush_memory_to_local_file") and "prereq" in str(getattr(instance, "test_id", ""))
 
 
+def _bounded_power(arguments: dict[str, Any]) -> None:
+    check_power(arguments.get("base"), arguments.get("exponent"))
+
+
+def _bounded_digits(name: str) -> Callable[[dict[str, Any]], None]:
+    """A guard on a count of digits (a precision, decimal places): at most :data:`MAX_PRECISION` either way."""
+
+    def guard(arguments: dict[str, Any]) -> None:
+        digits = arguments.get(name)
+        if isinstance(digits, int | float) and abs(digits) > MAX_PRECISION:
+            raise CalculationLimit(f"{name} {digits} is over {MAX_PRECISION} digits")
+
+    return guard
+
+
+# (class, method) -> a check of the arguments that raises CalculationLimit: each of these methods can
+# otherwise spend minutes in one GIL-holding C call (int ** int, mpmath or decimal at a huge
+# precision, round(5, -10**9) computing 10 ** 10**9)
+ARGUMENT_GUARDS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
+    ("MathAPI", "power"): _bounded_power,
+    ("MathAPI", "logarithm"): _bounded_digits("precision"),
+    ("MathAPI", "square_root"): _bounded_digits("precision"),
+    ("MathAPI", "round_number"): _bounded_digits("decimal_places"),
+}
+
+
+def _guard_refusal(class_name: str, call: ToolCall) -> JSON | None:
+    """``INVALID_ARGUMENTS`` when the call's guard (if it has one) refuses its arguments."""
+    guard = ARGUMENT_GUARDS.get((class_name, call.name))
+    try:
+        if guard is not None:
+            guard(call.arguments)
+    except CalculationLimit as exc:
+        return error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: {exc}")
+    return None
+
+
 def _response(result: Any) -> JSON:
     """A method's return value as a tool response; scalars and ``None`` are wrapped in ``{"result": ...}``."""
     value = to_json(result)
@@ -110,6 +157,7 @@ class BFCLEnvironment(Environment):
         tools: tool docs visible from the first turn.
         tools_added: docs that become visible at a turn (``{"3": [doc, ...]}``; BFCL ``missed_function``).
         long_context: load the long-context variant of each scenario.
+        call_timeout_s: the deadline of one call, in seconds.
     """
 
     def __init__(
@@ -119,7 +167,9 @@ class BFCLEnvironment(Environment):
         tools: list[ToolSchema],
         tools_added: dict[str, list[ToolSchema]] | None = None,
         long_context: bool = False,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
     ) -> None:
+        super().__init__(call_timeout_s)
         self._instances = {c: load_instance(c, initial_config, long_context) for c in involved_classes}
         self._task = Task(id="", benchmark="bfcl", tools=list(tools), tools_added=dict(tools_added or {}))
         self._turn = 0
@@ -131,7 +181,7 @@ class BFCLEnvironment(Environment):
                     self._owner[name] = class_name
 
     @classmethod
-    def from_task(cls, task: Task) -> BFCLEnvironment:
+    def from_task(cls, task: Task, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> BFCLEnvironment:
         """Build the environment of a BFCL multi-turn task (``task.env["kind"] == "bfcl"``)."""
         if not task.env or task.env.get("kind") != "bfcl":
             raise ValueError(f"task {task.id}: not a BFCL multi-turn task (env={task.env!r})")
@@ -141,6 +191,7 @@ class BFCLEnvironment(Environment):
             tools=task.tools,
             tools_added=task.tools_added,
             long_context=bool(task.env.get("long_context", False)),
+            call_timeout_s=call_timeout_s,
         )
 
     def set_turn(self, turn: int) -> None:
@@ -155,14 +206,22 @@ class BFCLEnvironment(Environment):
         """Validate ``call`` against the visible tools, run it, and return its JSON response or error.
 
         ``validate=False`` is for the benchmark's own gold (trusted data): it skips the argument
-        schema and turn-visibility checks as the official harness does; dispatch stays whitelisted.
+        schema and turn-visibility checks as the official harness does; dispatch stays whitelisted,
+        and the boundary (:meth:`~envace.envs.base.Environment.guarded`) stays in place.
         """
+        return self.guarded(call, lambda: self._dispatch(call, validate))
+
+    def _dispatch(self, call: ToolCall, validate: bool) -> JSON:
+        """The call itself (runs in :meth:`guarded`'s worker thread)."""
         invalid = validate_call(call, self.tools()) if validate else None
         if invalid is not None:
             return invalid
         class_name = self._owner.get(call.name)
         if class_name is None:
             return error_observation("UNKNOWN_TOOL", f"no involved class implements {call.name!r}")
+        refused = _guard_refusal(class_name, call)
+        if refused is not None:
+            return refused
         method = getattr(self._instances[class_name], call.name)
         try:
             result = method(**copy.deepcopy(call.arguments))  # the API keeps (and later mutates) what it gets

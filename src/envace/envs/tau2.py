@@ -11,25 +11,71 @@ Telecom also has *user-side* tools (the customer's phone: ``toggle_airplane_mode
 never sees them (:meth:`Tau2Environment.tools` lists the assistant's tools only); a user simulator,
 or gold replay, runs them through :meth:`Tau2Environment.execute_user`. Both kinds of call are
 recorded in order (:meth:`Tau2Environment.history`), which is what tau2's evaluators replay.
+
+Every call runs behind :meth:`Environment.guarded <envace.envs.base.Environment.guarded>` (argument
+checks, a deadline, a JSON-safe answer) in an abandonable thread: tau2's database is a Python object
+the call mutates, which a subprocess would lose. A call past its deadline is left out of the history
+and breaks the environment.
+
+tau2's own ``calculate`` (airline, retail, ``GenericToolKit``) runs ``eval`` on the model's text after
+a character whitelist that lets ``9**9**9`` through, a C computation no deadline can interrupt.
+:func:`install_safe_calculate` replaces it on tau2's toolkit *classes* with
+:func:`envace.envs.safe_calc.calculate` (the same answers, bounded work, no ``eval``): tau2's
+evaluator replays a conversation in environments it builds itself (``set_state``), so replacing it
+on our instance alone would still hand the model's text to ``eval`` there.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from loguru import logger
 
-from envace.envs.base import Environment
+from envace.envs import safe_calc
+from envace.envs.base import DEFAULT_CALL_TIMEOUT_S, EXECUTION_ERROR, Environment
 from envace.protocol.parse import tool_name, validate_call
 from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation
 
 logger.disable("tau2")  # tau2 logs every tool response and warns about a missing .env at import
 
 DOMAINS: tuple[str, ...] = ("airline", "retail", "telecom", "mock")
-EXECUTION_ERROR = "EXECUTION_ERROR"
 Requestor = Literal["assistant", "user"]
+# the tau2 toolkits that define the eval-based calculate: (module, class)
+CALCULATE_TOOLKITS: tuple[tuple[str, str], ...] = (
+    ("tau2.domains.airline.tools", "AirlineTools"),
+    ("tau2.domains.retail.tools", "RetailTools"),
+    ("tau2.environment.toolkit", "GenericToolKit"),
+)
+SAFE_MARK = "__envace_safe_calculate__"
+# class name -> tau2's original calculate: for comparing answers on trusted data only, never model text
+ORIGINAL_CALCULATE: dict[str, Callable[..., str]] = {}
+
+
+def _safe_calculate_tool(original: Callable[..., str]) -> Callable[..., str]:
+    """A drop-in for tau2's ``calculate`` method: its name, docstring, signature and tool marks."""
+
+    @functools.wraps(original)
+    def calculate(self: Any, expression: str) -> str:
+        return safe_calc.calculate(expression)
+
+    del calculate.__wrapped__  # type: ignore[attr-defined] # nothing may unwrap it back to eval
+    setattr(calculate, SAFE_MARK, True)
+    return calculate
+
+
+def install_safe_calculate() -> None:
+    """Replace tau2's ``calculate`` with :func:`envace.envs.safe_calc.calculate` on every toolkit
+    class of :data:`CALCULATE_TOOLKITS` (idempotent; see the module docstring for why classes)."""
+    for module_name, class_name in CALCULATE_TOOLKITS:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        current = cls.__dict__["calculate"]
+        if not getattr(current, SAFE_MARK, False):
+            ORIGINAL_CALCULATE[class_name] = current
+            cls.calculate = _safe_calculate_tool(current)
 
 
 def tau2_environment(domain: str) -> Any:
@@ -40,6 +86,7 @@ def tau2_environment(domain: str) -> Any:
     """
     if domain not in DOMAINS:
         raise ValueError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
+    install_safe_calculate()
     module = importlib.import_module(f"tau2.domains.{domain}.environment")
     return module.get_environment()
 
@@ -88,7 +135,7 @@ def response_json(content: str | None, error: bool, name: str) -> JSON:
         return error_observation(EXECUTION_ERROR, f"{name}: {text.removeprefix('Error: ')}")
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or an integer past Python's digit limit, too deep
         value = text
     return value if isinstance(value, dict | list) else {"result": value}
 
@@ -99,9 +146,13 @@ class Tau2Environment(Environment):
     Args:
         domain: ``airline``, ``retail``, ``telecom`` or ``mock``.
         initial_state: the task's raw tau2 ``initial_state`` (``None`` for airline and retail).
+        call_timeout_s: the deadline of one call, in seconds.
     """
 
-    def __init__(self, domain: str, initial_state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, domain: str, initial_state: dict[str, Any] | None = None, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    ) -> None:
+        super().__init__(call_timeout_s)
         self.domain = domain
         self._env = tau2_environment(domain)
         apply_initial_state(self._env, initial_state)
@@ -110,11 +161,12 @@ class Tau2Environment(Environment):
         self._history: list[tuple[Any, Any]] = []
 
     @classmethod
-    def from_task(cls, task: Task) -> Tau2Environment:
+    def from_task(cls, task: Task, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> Tau2Environment:
         """Build the environment of a tau2 task (``task.env == {"kind": "tau2", "domain": ...}``)."""
         if not task.env or task.env.get("kind") != "tau2":
             raise ValueError(f"task {task.id}: not a tau2 task (env={task.env!r})")
-        return cls(domain=task.env["domain"], initial_state=task.extra.get("initial_state"))
+        initial_state = task.extra.get("initial_state")
+        return cls(domain=task.env["domain"], initial_state=initial_state, call_timeout_s=call_timeout_s)
 
     def tools(self) -> list[ToolSchema]:
         """The assistant's tools (what the agent sees)."""
@@ -137,6 +189,14 @@ class Tau2Environment(Environment):
         return self._run(call, "user", validate)
 
     def _run(self, call: ToolCall, requestor: Requestor, validate: bool) -> JSON:
+        executed: list[tuple[Any, Any]] = []
+        response = self.guarded(call, lambda: self._dispatch(call, requestor, validate, executed))
+        if not self.broken:  # a call abandoned past its deadline may still append; it never counts
+            self._history.extend(executed)
+        return response
+
+    def _dispatch(self, call: ToolCall, requestor: Requestor, validate: bool, executed: list[tuple[Any, Any]]) -> JSON:
+        """The call itself (runs in :meth:`guarded`'s worker thread); the tau2 pair goes to ``executed``."""
         from tau2.data_model.message import ToolCall as Tau2ToolCall
 
         tools = self._tools if requestor == "assistant" else self._user_tools
@@ -149,7 +209,7 @@ class Tau2Environment(Environment):
             id=f"call_{len(self._history)}", name=call.name, arguments=dict(call.arguments), requestor=requestor
         )
         message = self._env.get_response(tau2_call)  # catches the tool's exceptions itself
-        self._history.append((tau2_call, message))
+        executed.append((tau2_call, message))
         return response_json(message.content, bool(message.error), call.name)
 
     def history(self) -> list[tuple[Any, Any]]:

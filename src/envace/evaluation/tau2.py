@@ -28,6 +28,7 @@ from typing import Any
 
 from envace.data.sources import load_source
 from envace.data.sources.tau2 import official_reward
+from envace.envs.base import ENVIRONMENT_BROKEN, TIMEOUT
 from envace.envs.tau2 import Tau2Environment, tool_schemas
 from envace.evaluation.base import Benchmark, ItemResult, Summary, TaskFilter, by_category, mean
 from envace.evaluation.policies import Policy
@@ -55,7 +56,8 @@ SOLO_PROMPT = (
     "<instructions>\n{instruction}\n</instructions>\n<policy>\n{policy}\n</policy>\n<ticket>\n{ticket}\n</ticket>"
 )
 SOLO_USER_TURN = "Resolve the ticket."
-_REFUSED = {CallError.UNKNOWN_TOOL, CallError.INVALID_ARGUMENTS}  # our checks: the call never ran
+# our checks and deadlines: the call never ran to its end, and tau2's history does not hold it
+_REFUSED = {CallError.UNKNOWN_TOOL, CallError.INVALID_ARGUMENTS, TIMEOUT, ENVIRONMENT_BROKEN}
 
 
 # --------------------------------------------------------------------------- solo mode

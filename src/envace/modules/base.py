@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,11 @@ from envace.rollout import (
 )
 from envace.rollout.reference import OracleEngine
 from envace.types import Task
+
+# The modules step by hand (PolicyModule.update); Lightning then warns, in 12 lines, that a
+# ModelCheckpoint holds the weights *after* the step. That is the state a resumed run must start
+# from (tests/modules/test_fit.py resumes to bit-equal weights), so the warning says nothing here.
+warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
 
 @dataclass

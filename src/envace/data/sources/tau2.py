@@ -192,6 +192,9 @@ def _tau2_evaluator() -> Any:
     simulator, which import ``tau2.utils.llm_utils`` (litellm). When litellm is absent, that module
     is replaced by a stub whose ``generate`` raises: the rule-based evaluators never call it.
     """
+    from envace.envs.tau2 import install_safe_calculate
+
+    install_safe_calculate()  # tau2 replays the conversation in environments of its own: no eval there either
     try:
         import tau2.utils.llm_utils  # noqa: F401
     except ModuleNotFoundError as exc:
