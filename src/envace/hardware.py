@@ -205,9 +205,10 @@ def warn_if_slow(what: str, dtype: str | None, device: str = "cpu") -> None:
     if not asks_bf16 or native_bf16(device):
         return
     ratio = bf16_slowdown() if device == "cpu" else float("nan")
+    speed = f"bf16 matmuls run {ratio:.0f}x slower than fp32 here" if ratio >= FAST else "treated as emulated"
     warnings.warn(
-        f"{what}={dtype} on a {device} without native bf16 ({capability().reason}): bf16 matmuls run "
-        f"{ratio:.0f}x slower than fp32 here; use auto (or 32-true / float32)",
+        f"{what}={dtype} on a {device} without native bf16 ({capability().reason}): {speed}; "
+        "use auto (or 32-true / float32)",
         stacklevel=2,
     )
 

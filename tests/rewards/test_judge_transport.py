@@ -34,7 +34,7 @@ def _read_request(conn: socket.socket) -> bytes:
     length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")), 0)
     while len(body) < length and (chunk := conn.recv(65536)):
         body += chunk
-    return data
+    return head + b"\r\n\r\n" + body  # the body may come in a later packet than the headers
 
 
 def _session(conn: socket.socket, script: Script, stop: threading.Event, requests: list[bytes]) -> None:

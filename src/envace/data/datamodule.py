@@ -442,6 +442,10 @@ class EnvACEDataModule(pl.LightningDataModule):
             len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.seed
         )
         dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
+        if self.trainer is not None and self.trainer.world_size > 1:
+            # Lightning re-creates a multi-process loader around a DistributedSampler, which shares
+            # out the epoch's steps by position: resuming there restarts the epoch (Lightning warns)
+            return self._loader(dataset, steps)
         return StepLoader(dataset, steps, lambda: self.trainer.global_step if self.trainer else 0, self.num_workers)
 
     def val_dataloader(self) -> DataLoader[StepBatch]:
