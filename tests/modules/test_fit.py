@@ -65,6 +65,12 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
 
 
 RESUME = """
+model:
+  init_args:
+    policy: {lora: {r: 4, target_modules: [q_proj, v_proj]}}
+    loss:  # the KL term makes the RL gradient depend on the sampled episodes (the tiny model's rewards are all 0)
+      class_path: envace.losses.RoleGRPOLoss
+      init_args: {kl_coef: 0.1}
 trainer:
   max_steps: 5
   val_check_interval: 1000
@@ -102,7 +108,8 @@ def _trained(ckpt: Path) -> dict[str, torch.Tensor]:
 
 def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
     """SIGKILL at step k (k = 1: in the warm start; k = 3: in RL), resume with ``--ckpt_path``: the
-    weights after step 5 equal the uninterrupted run's exactly (fp32): same batches, same episodes."""
+    weights after step 5 equal the uninterrupted run's exactly (fp32): same batches (without the
+    stateful loader k = 1 fails), same episodes (without the checkpoint's RNG states k = 3 fails)."""
     (tmp_path / "resume.yaml").write_text(RESUME)
     whole = tmp_path / "whole"
     whole.mkdir()

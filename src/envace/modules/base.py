@@ -462,9 +462,14 @@ class PolicyModule(pl.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Resume the random streams where the interrupted run left them (its next rollout then
-        draws the same episodes the uninterrupted run drew)."""
-        state = (checkpoint.get("envace") or {}).get("rng")
+        """Keep the random streams' states for :meth:`on_train_batch_start`."""
+        self._resumed_rng = (checkpoint.get("envace") or {}).get("rng")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """On the first step after a resume, the random streams continue where the interrupted run
+        left them, so its rollouts draw the episodes the uninterrupted run drew. Not at load time:
+        Lightning's loader draws from the global generator when it starts an epoch, after loading."""
+        state, self._resumed_rng = getattr(self, "_resumed_rng", None), None
         if state is not None:
             set_rng_state(state)
 
