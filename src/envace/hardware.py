@@ -75,16 +75,28 @@ def forced() -> str | None:
 
 
 @cache
-def cpu_flags() -> frozenset[str]:
-    """The instruction-set flags (x86) or features (ARM) this CPU reports; empty when unreadable."""
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each key of ``/proc/cpuinfo`` (lower-cased keys); empty where there is none."""
     info = Path("/proc/cpuinfo")
+    fields: dict[str, str] = {}
     if info.is_file():
-        words: set[str] = set()
         for line in info.read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
-            if key.strip().lower() in ("flags", "features"):
-                words.update(value.split())
-        return frozenset(words)
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``AMD EPYC ...``), for reports only: nothing is chosen from it."""
+    return _cpuinfo().get("model name") or platform.processor() or None
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags (x86) or features (ARM) this CPU reports; empty when unreadable."""
+    info = _cpuinfo()
+    if info:
+        return frozenset(info.get("flags", "").split() + info.get("features", "").split())
     if platform.system() == "Darwin":
         try:  # bounded: a sysctl that hangs must not hang start-up
             out = subprocess.run(

@@ -20,7 +20,6 @@ import platform
 import sys
 import time
 from contextlib import redirect_stdout
-from pathlib import Path
 from typing import Any
 
 SECTIONS = ("peak", "training", "rollout", "layout", "trl")
@@ -50,14 +49,9 @@ def machine_facts() -> dict[str, Any]:
     """The CPU, and what :mod:`envace.hardware` detected and chose on it (the precisions the bench runs)."""
     from envace import hardware
 
-    model = None
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        lines = info.read_text(errors="replace").splitlines()
-        model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
     return {
         "machine": platform.machine(),
-        "cpu": model or platform.processor() or None,
+        "cpu": hardware.cpu_model(),
         "logical_cpus": os.cpu_count(),
         "capability": hardware.capability().as_dict(),
         "chosen": {

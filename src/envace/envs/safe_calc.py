@@ -1,7 +1,7 @@
 """tau2's ``calculate`` tool without ``eval``: the same answers, bounded work.
 
 tau2's airline and retail toolkits (and its ``GenericToolKit``) answer ``calculate(expression)`` with
-``str(round(float(eval(expression, {"__builtins__": None}, {})), 2))`` after a character whitelist,
+Python's ``eval`` of the expression (no builtins), rounded to 2 places, after a character whitelist,
 ``0123456789+-*/(). ``. The whitelist admits ``**``, so ``9**9**9`` passes it and then runs for hours
 inside one C call that holds the GIL, where no thread deadline can stop it. Here the expression is
 parsed with :mod:`ast` and evaluated by a small interpreter that applies Python's own operators in
@@ -152,7 +152,7 @@ def calculate(expression: str) -> str:
     if not all(char in ALLOWED_CHARACTERS for char in expression):  # tau2's check, as it is written
         raise ValueError("Invalid characters in expression")
     if not isinstance(expression, str):
-        raise TypeError("eval() arg 1 must be a string, bytes or code object")
+        raise TypeError("eval() arg 1 must be a string, bytes or code object")  # safe: tau2's message text, no call
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculationLimit(f"expression too long: {len(expression)} characters (at most {MAX_EXPRESSION_CHARS})")
     # eval drops leading spaces and tabs; "<string>" is the file name its syntax errors give

@@ -135,7 +135,7 @@ def parse_call_string(text: str, tools: list[ToolSchema]) -> ToolCall:
         if key in arguments:
             raise ValueError(f"{text!r}: argument {key!r} given twice")
         try:
-            arguments[key] = _jsonable(ast.literal_eval(value))
+            arguments[key] = _jsonable(ast.literal_eval(value))  # safe: literals only, of BFCL gold data
         except (ValueError, TypeError, SyntaxError, RecursionError) as exc:
             raise ValueError(f"{text!r}: argument {key!r} is not a literal ({exc})") from None
     return ToolCall(name, arguments)
