@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from envace.data.batch import StepBatch, collate_episodes
 from envace.data.grounding import DONE_TEXT, ground
 from envace.data.sources import load_source
-from envace.protocol.episode import EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
+from envace.protocol.episode import NEW_TOOLS, EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
 from envace.protocol.render import ChatFormat, ToolStyle, make_format
 from envace.types import CallRecord, Message, Task, ToolCall, Trajectory
 
@@ -351,11 +351,10 @@ class EnvACEDataModule(pl.LightningDataModule):
         added at the first turn, the first user turn (none when a simulator writes it)."""
         ep = EpisodeBuilder(self.encoder, self.fmt)
         ep.system(task.system_prompt, task.tools)
-        added = task.tools_added.get("0")
-        if added:
-            ep.context(self.fmt.system("New tools are available.", added))
         if task.user_turns:
-            ep.user(task.user_turns[0])
+            ep.user_turn(task, 0, task.user_turns[0])
+        elif task.tools_added.get("0"):
+            ep.context(self.fmt.system(NEW_TOOLS, task.tools_added["0"]))
         return len(ep)
 
     # -- setup ---------------------------------------------------------------------------------

@@ -120,6 +120,8 @@ def fork(episode: Episode) -> Episode:
         format_errors=episode.format_errors,
         turn=episode.turn,
         scratch=scratch,
+        replayed=set(episode.replayed),
+        user_stop=episode.user_stop,
         rng=rng,
     )
 

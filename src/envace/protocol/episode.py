@@ -14,7 +14,10 @@ from typing import Any, NamedTuple
 import torch
 
 from envace.protocol.render import ChatFormat, tool_message_response
-from envace.types import ROLE_IDS, Role, ToolSchema, Trajectory
+from envace.types import ROLE_IDS, Role, Task, ToolSchema, Trajectory
+
+#: the system turn that shows the tools a task adds at a user turn
+NEW_TOOLS = "New tools are available."
 
 
 class PieceEncoder:
@@ -102,6 +105,14 @@ class EpisodeBuilder:
     def user(self, content: str) -> slice:
         return self.context(self.fmt.user(content))
 
+    def user_turn(self, task: Task, turn: int, text: str) -> slice:
+        """User turn ``turn`` of ``task``: the tools the task adds at that turn (a system turn), then
+        the user's ``text`` — the one place the prompt of a turn is built (rollout, warm start, sizing)."""
+        added = task.tools_added.get(str(turn))
+        if added:
+            self.context(self.fmt.system(NEW_TOOLS, added))
+        return self.user(text)
+
     def text(self) -> str:
         return str(self.encode.tokenizer.decode(self.ids, skip_special_tokens=False))
 
@@ -125,10 +136,7 @@ def encode_trajectory(traj: Trajectory, encode: PieceEncoder, fmt: ChatFormat) -
     for m in traj.messages:
         if m.role == "user":
             turn += 1
-            added = task.tools_added.get(str(turn))
-            if added:
-                ep.context(fmt.system("New tools are available.", added))
-            ep.user(m.content)
+            ep.user_turn(task, turn, m.content)
         elif m.role == "assistant":
             p = fmt.assistant()
             ep.context(p.header)

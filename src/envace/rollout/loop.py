@@ -75,6 +75,8 @@ class Episode:
     shadow: Environment | None = None
     fidelity: list[FidelityPair] = field(default_factory=list)
     scratch: dict[str, Any] = field(default_factory=dict)
+    user_stop: str | None = None  # why a simulated user ended the conversation (None: it did not)
+    replayed: set[int] = field(default_factory=set)  # indices of task.recorded the Replay responder used
     rng: torch.Generator | None = None  # the episode's own sampling stream (see GenerationEngine.generate)
 
     @property

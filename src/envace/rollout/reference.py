@@ -6,11 +6,13 @@ tokenised like any sampled turn, so the same rollout loop, responders and scorer
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envace.protocol import render_calls
 from envace.rollout.engine import EngineStats, Sample
+from envace.types import ToolCall
 
 if TYPE_CHECKING:
     from envace.rollout.loop import Episode
@@ -54,15 +56,23 @@ class ScriptedEngine:
         return samples
 
 
+def calls_once_per_turn(episode: Episode, calls: Sequence[ToolCall]) -> str:
+    """A scripted act: ``calls`` at the first act step of the user turn, then the closing text
+    :data:`DONE` (every scripted reference policy writes its calls this way)."""
+    return render_calls("", list(calls)) if calls and episode.steps_in_turn == 0 else DONE
+
+
+def gold_calls(episode: Episode) -> list[ToolCall]:
+    """The gold calls of the episode's current user turn (none past the gold)."""
+    gold = episode.task.gold
+    return list(gold[episode.turn]) if episode.turn < len(gold) else []
+
+
 class OracleEngine(ScriptedEngine):
     """Writes each user turn's gold calls in one act step, then a closing text."""
 
     def text_for(self, episode: Episode) -> str:
-        if episode.scratch.get("oracle_turn") == episode.turn:
-            return DONE
-        episode.scratch["oracle_turn"] = episode.turn
-        gold = episode.task.gold[episode.turn] if episode.turn < len(episode.task.gold) else []
-        return render_calls("", list(gold)) if gold else DONE
+        return calls_once_per_turn(episode, gold_calls(episode))
 
 
 class NoopEngine(ScriptedEngine):

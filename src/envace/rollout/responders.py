@@ -130,7 +130,7 @@ class Replay(Responder):
 
     @staticmethod
     def _lookup(episode: Episode, call: ToolCall) -> JSON:
-        used = episode.scratch.setdefault("replay_used", set())
+        used = episode.replayed
         records = episode.task.recorded
         for exact in (True, False):
             for i, rec in enumerate(records):

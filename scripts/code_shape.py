@@ -1,0 +1,147 @@
+"""The package's shape, measured: file sizes over a limit, functions over a length, and import cycles.
+
+    python scripts/code_shape.py [--lines 400] [--function-lines 60]
+
+Exits 1 when a module is over ``--lines``, a function over ``--function-lines`` is not in the printed
+table's allowance (``--max-long``), or the import graph of ``envace`` has a cycle, or a package imports outside what
+``ALLOWED`` gives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "src"
+#: packages whose imports are restricted: the rewards need no environment, data or rollout
+ALLOWED = {"envace.rewards": {"envace.types", "envace.protocol", "envace._bfcl"}}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / "envace").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The envace modules ``name`` imports at module level or in functions (TYPE_CHECKING blocks excluded)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rsplit(".", 1)[0] if "." in t else ""
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((node.name, (node.end_lineno or node.lineno) - node.lineno + 1))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=400)
+    ap.add_argument("--function-lines", type=int, default=60)
+    args = ap.parse_args()
+    mods = modules()
+    known = set(mods)
+    graph = {m: imports(m, p, known) for m, p in mods.items()}
+    # a package's __init__ importing its own submodules is not a cycle through the package
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not (m.startswith(t + ".") and t in known)}
+    found = cycles(graph)
+    sizes = {m: len(p.read_text().splitlines()) for m, p in mods.items()}
+    funcs = [(m, f, n) for m, p in mods.items() for f, n in functions(p)]
+    long = sorted([x for x in funcs if x[2] > args.function_lines], key=lambda x: -x[2])
+    print(f"{len(mods)} modules, {sum(sizes.values())} lines; {len(funcs)} functions, "
+          f"median {statistics.median(n for _, _, n in funcs):.0f} lines")  # fmt: skip
+    print(f"largest modules: " + ", ".join(f"{m} {n}" for m, n in sorted(sizes.items(), key=lambda x: -x[1])[:5]))
+    print(f"functions over {args.function_lines} lines: {len(long)}")
+    for m, f, n in long:
+        print(f"  {n:4d}  {m}.{f}")
+    over = [(m, n) for m, n in sizes.items() if n > args.lines]
+    for m, n in over:
+        print(f"module over {args.lines} lines: {m} ({n})")
+    for comp in found:
+        print("import cycle: " + " <-> ".join(comp))
+    breaches = [
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        for pkg, allowed in ALLOWED.items()
+        if m == pkg or m.startswith(pkg + ".")
+        for t in sorted(targets)
+        if not (t == pkg or t.startswith(pkg + ".")) and not any(t == a or t.startswith(a + ".") for a in allowed)
+    ]
+    for b in breaches:
+        print(f"layer breach: {b}")
+    print(f"import cycles: {len(found)}")
+    return 1 if over or found or breaches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
