@@ -20,13 +20,35 @@ import torch
 from envace.data.sources import load_source
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.render import HermesFormat
-from envace.rollout import ExternalSimulator, PolicyRehearsal, RealEnvironment, RolloutLimits, SamplingConfig
-from envace.rollout import make_engine, make_rollout
+from envace.rollout import (
+    ExternalSimulator,
+    PolicyRehearsal,
+    RealEnvironment,
+    RolloutLimits,
+    SamplingConfig,
+    make_engine,
+    make_rollout,
+)
 from envace.rollout.reference import OracleEngine
 
 FMT = HermesFormat(tool_style="compact")
 SEEDS = [11, 12, 13, 14]
+RESPONSE_TOKENS, IMAGINED_RESPONSE_TOKENS = 16, 128
+NEW_API = "max_rehearse_tokens" in RolloutLimits.__dataclass_fields__  # one budget for every generated response
 LIMITS = RolloutLimits(max_steps_per_turn=2, max_new_tokens=64, max_episode_tokens=2400)
+if NEW_API:
+    LIMITS = RolloutLimits(max_steps_per_turn=2, max_new_tokens=64, max_episode_tokens=2400,
+                           max_rehearse_tokens=RESPONSE_TOKENS)  # fmt: skip
+
+
+def rehearsal(engine: Any = None) -> Any:
+    return PolicyRehearsal(engine=engine) if NEW_API else PolicyRehearsal(RESPONSE_TOKENS, engine=engine)
+
+
+def simulator(engine: Any, tok: Any) -> Any:
+    if NEW_API:
+        return ExternalSimulator(engine=engine, tokenizer=tok)
+    return ExternalSimulator(max_new_tokens=RESPONSE_TOKENS, engine=engine, tokenizer=tok)
 
 
 def episode_record(ep: Any) -> dict[str, Any]:
@@ -40,11 +62,14 @@ def episode_record(ep: Any) -> dict[str, Any]:
 
 
 def imagination(engine: Any, tok: Any, mode: str, n: int) -> Any:
-    try:
-        from envace.inference import ImaginationConfig, imagining_rollout  # after the refactor
+    if NEW_API:
+        from dataclasses import replace
 
-        return imagining_rollout(engine, tok, FMT, RealEnvironment(), LIMITS, ImaginationConfig(mode, n))
-    except ImportError:
+        from envace.inference import ImaginationConfig, imagining_rollout
+
+        limits = replace(LIMITS, max_rehearse_tokens=IMAGINED_RESPONSE_TOKENS)
+        return imagining_rollout(engine, tok, FMT, RealEnvironment(), limits, ImaginationConfig(mode, n))
+    else:
         from envace.inference import RehearsalConfig, RehearsingRollout
         from envace.protocol.episode import PieceEncoder
 
@@ -65,17 +90,17 @@ def settings(tok: Any) -> dict[str, Any]:
         return make_engine(model(), tok, FMT, SamplingConfig(**kw))
 
     out: dict[str, Any] = {}
-    out["rehearse_continuous"] = lambda: make_rollout(engine(), tok, FMT, PolicyRehearsal(16), LIMITS)
-    out["rehearse_lockstep_batches"] = lambda: make_rollout(engine(continuous=False), tok, FMT, PolicyRehearsal(16),
+    out["rehearse_continuous"] = lambda: make_rollout(engine(), tok, FMT, rehearsal(), LIMITS)
+    out["rehearse_lockstep_batches"] = lambda: make_rollout(engine(continuous=False), tok, FMT, rehearsal(),
                                                             LIMITS)  # fmt: skip
-    out["rehearse_small_batches"] = lambda: make_rollout(engine(batch_size=3), tok, FMT, PolicyRehearsal(16), LIMITS)
+    out["rehearse_small_batches"] = lambda: make_rollout(engine(batch_size=3), tok, FMT, rehearsal(), LIMITS)
     out["real_env_lockstep"] = lambda: make_rollout(engine(), tok, FMT, RealEnvironment(), LIMITS, lockstep=True)
     out["oracle_rehearse"] = lambda: make_rollout(OracleEngine(tok, [tok.eos_token_id]), tok, FMT,
-                                                  PolicyRehearsal(16, engine()), LIMITS, lockstep=True)  # fmt: skip
+                                                  rehearsal(engine()), LIMITS, lockstep=True)  # fmt: skip
     out["oracle_real"] = lambda: make_rollout(OracleEngine(tok, [tok.eos_token_id]), tok, FMT, RealEnvironment(),
                                               LIMITS)  # fmt: skip
     out["oracle_simulator"] = lambda: make_rollout(OracleEngine(tok, [tok.eos_token_id]), tok, FMT,
-                                                   ExternalSimulator(max_new_tokens=16, engine=engine(), tokenizer=tok),
+                                                   simulator(engine(), tok),
                                                    LIMITS)  # fmt: skip
     out["imagine_parallel"] = lambda: imagination(engine(), tok, "parallel", 2)
     out["imagine_sequential"] = lambda: imagination(engine(), tok, "sequential", 2)
@@ -94,7 +119,8 @@ def main() -> int:
         torch.manual_seed(1)  # the external simulator draws from the global stream
         episodes = make().run(tasks, group_size=2, seeds=SEEDS)
         result[name] = [episode_record(ep) for ep in episodes]
-        print(f"{name:28s} {' '.join(r['digest'][:8] for r in result[name])}  tokens {[r['tokens'] for r in result[name]]}")
+        digests = " ".join(r["digest"][:8] for r in result[name])
+        print(f"{name:28s} {digests}  tokens {[r['tokens'] for r in result[name]]}")
     with open(args.out, "w") as f:
         json.dump(result, f)
     if not args.compare:
@@ -108,7 +134,7 @@ def main() -> int:
                 same += 1
             else:
                 differ += 1
-                first = next((j for j, (x, y) in enumerate(zip(a["ids"], b["ids"])) if x != y), None)
+                first = next((j for j, (x, y) in enumerate(zip(a["ids"], b["ids"], strict=False)) if x != y), None)
                 print(f"DIFFERS {name}[{i}]: tokens {b['tokens']} -> {a['tokens']}, first differing id at {first}")
     print(f"{same} episodes identical, {differ} differ")
     return 1 if differ else 0

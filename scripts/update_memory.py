@@ -26,7 +26,7 @@ from envace.data.batch import collate_episodes
 from envace.data.grounding import ground
 from envace.losses import LossInputs
 from envace.modules import EnvACEModule
-from envace.modules.base import backward_in_chunks
+from envace.modules.logprobs import backward_in_chunks
 from envace.policy import LoraSpec, PolicySpec
 from envace.protocol.episode import PieceEncoder, encode_trajectory
 

@@ -162,6 +162,11 @@ def tiny_config(tokenizer: PreTrainedTokenizerBase, layers: int = 2, hidden: int
     )
 
 
+def model_config(model: Any) -> Any:
+    """The transformers config of a model, peft-wrapped or not."""
+    return getattr(model, "config", None) or model.get_base_model().config
+
+
 def load_model(spec: PolicySpec) -> PreTrainedModel:
     """Build or load the causal LM of ``spec``, with LoRA and gradient checkpointing applied."""
     dtype = DTYPES[spec.dtype]

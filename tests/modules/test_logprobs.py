@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from envace.data.batch import TokenBatch
-from envace.modules.base import (
+from envace.modules.logprobs import (
     backward_in_chunks,
     chunked_logprobs,
     prefix_shared_logprobs,

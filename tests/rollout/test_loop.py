@@ -37,16 +37,17 @@ class Recording:
     """Wraps an engine and keeps every sample it returned, per episode."""
 
     def __init__(self, engine):
-        self.engine, self.stats, self.samples = engine, engine.stats, {}
+        self.engine, self.stats, self.instant, self.samples = engine, engine.stats, engine.instant, {}
 
     def reset_cache(self):
         self.engine.reset_cache()
 
-    def generate(self, prompts, max_new_tokens, episodes=None):
-        out = self.engine.generate(prompts, max_new_tokens, episodes)
-        for ep, s in zip(episodes, out, strict=True):
-            self.samples.setdefault(id(ep), []).append(s)
-        return out
+    def stream(self, requests, follow):
+        def keep(request, sample):
+            self.samples.setdefault(id(request.episode), []).append(sample)
+            return follow(request, sample)
+
+        self.engine.stream(requests, keep)
 
 
 def _fresh_logprobs(model, ids: list[int]) -> torch.Tensor:
@@ -62,7 +63,11 @@ def test_sampled_ids_and_logprobs_are_exact(tokenizer, tiny_model, bfcl_tasks) -
     sampler = Recording(make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16)))
     oracle = Recording(OracleEngine(tokenizer, sampler.engine.stop_ids))  # scripted acts make calls to rehearse
     rollout = make_rollout(
-        oracle, tokenizer, FMT, PolicyRehearsal(24, engine=sampler), RolloutLimits(max_new_tokens=32)
+        oracle,
+        tokenizer,
+        FMT,
+        PolicyRehearsal(engine=sampler),
+        RolloutLimits(max_new_tokens=32, max_rehearse_tokens=24),
     )
     episodes = rollout.run([task], group_size=2)
     for ep in episodes:
@@ -77,7 +82,8 @@ def test_sampled_ids_and_logprobs_are_exact(tokenizer, tiny_model, bfcl_tasks) -
 
     # and with the model acting: every act id is a sampled id, log-probs match
     actor = Recording(make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16)))
-    ep = make_rollout(actor, tokenizer, FMT, PolicyRehearsal(16), RolloutLimits(max_new_tokens=12)).run([task], 1)[0]
+    ep = make_rollout(actor, tokenizer, FMT, PolicyRehearsal(),
+                      RolloutLimits(max_new_tokens=12, max_rehearse_tokens=16)).run([task], 1)[0]  # fmt: skip
     t = ep.tensors()
     act = t.roles == ROLE_IDS["act"]
     assert t.input_ids[act].tolist() == [i for s in actor.samples[id(ep)] for i in s.ids]
@@ -92,14 +98,15 @@ def test_an_episode_samples_the_same_tokens_alone_or_in_a_group(tokenizer, tiny_
     def roll(seeds: list[int]) -> list[list[int]]:
         engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
         oracle = OracleEngine(tokenizer, engine.stop_ids)  # the policy rehearses every gold call
-        rollout = make_rollout(oracle, tokenizer, FMT, PolicyRehearsal(12, engine=engine))
+        rollout = make_rollout(oracle, tokenizer, FMT, PolicyRehearsal(engine=engine),
+                               RolloutLimits(max_rehearse_tokens=12))  # fmt: skip
         return [ep.ids for ep in rollout.run([task], len(seeds), seeds=seeds)]
 
     seeds = [11, 12, 13, 14]
     together = roll(seeds)
     assert len({tuple(ids) for ids in together}) == len(seeds)  # different streams, different episodes
     assert together == [roll([s])[0] for s in seeds]  # each one as it samples alone
-    rollout = make_rollout(OracleEngine(tokenizer, [0]), tokenizer, FMT, PolicyRehearsal(4))
+    rollout = make_rollout(OracleEngine(tokenizer, [0]), tokenizer, FMT, PolicyRehearsal())
     with pytest.raises(ValueError, match="4 episodes but 3 seeds"):
         rollout.run([task], 4, seeds=seeds[:3])
 
@@ -108,12 +115,12 @@ def test_continuous_and_lockstep_rollouts_sample_the_same_episodes(tokenizer, ti
     """With continuous batching an episode's next turn joins the rows still decoding; its tokens stay
     those of its own stream, in fewer forwards."""
     tasks = [bfcl_tasks["multi_turn_base_1"], bfcl_tasks["multi_turn_base_2"]]
-    limits = RolloutLimits(max_steps_per_turn=2, max_new_tokens=24)
+    limits = RolloutLimits(max_steps_per_turn=2, max_new_tokens=24, max_rehearse_tokens=12)
 
     def roll(continuous: bool) -> tuple[list[list[int]], GenerationEngine]:
         engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16, continuous=continuous))
         engine.stop_ids = list(range(0, 49152, 8))  # an eighth of the ids end a turn: turns end at different steps
-        rollout = make_rollout(engine, tokenizer, FMT, PolicyRehearsal(12), limits)
+        rollout = make_rollout(engine, tokenizer, FMT, PolicyRehearsal(), limits)
         return [ep.ids for ep in rollout.run(tasks, 3, seeds=list(range(6)))], engine
 
     joined, engine = roll(continuous=True)
@@ -127,8 +134,9 @@ def test_an_external_simulator_answers_every_call_as_context(tokenizer, tiny_mod
     its simulator prompt (context, not trained on); every gold call gets its turn."""
     task = bfcl_tasks["multi_turn_base_1"]
     engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
-    simulator = ExternalSimulator(max_new_tokens=6, engine=engine, tokenizer=tokenizer)
-    rollout = make_rollout(OracleEngine(tokenizer, engine.stop_ids), tokenizer, FMT, simulator)
+    simulator = ExternalSimulator(engine=engine, tokenizer=tokenizer)
+    rollout = make_rollout(OracleEngine(tokenizer, engine.stop_ids), tokenizer, FMT, simulator,
+                           RolloutLimits(max_rehearse_tokens=6))  # fmt: skip
     episodes = rollout.run([task], 2, seeds=[1, 2])
     calls = sum(len(turn) for turn in task.gold)
     for ep in episodes:

@@ -46,8 +46,9 @@ def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampl
         actor, responder = engine, RealEnvironment()
         limits = RolloutLimits(max_steps_per_turn=1, max_new_tokens=max_new, max_episode_tokens=8192)
     else:
-        actor, responder = OracleEngine(module.tokenizer, engine.stop_ids), PolicyRehearsal(max_new, engine=engine)
-        limits = RolloutLimits(max_steps_per_turn=2, max_calls_per_step=16, max_episode_tokens=8192)
+        actor, responder = OracleEngine(module.tokenizer, engine.stop_ids), PolicyRehearsal(engine=engine)
+        limits = RolloutLimits(max_steps_per_turn=2, max_calls_per_step=16, max_rehearse_tokens=max_new,
+                               max_episode_tokens=8192)  # fmt: skip
     rollout = make_rollout(actor, module.tokenizer, module.fmt, responder, limits)
     wall, roles, generated = 0.0, {"act": 0, "rehearse": 0}, []
     with quiet():

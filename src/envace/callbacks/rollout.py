@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 
+from envace.modules.outputs import RLStepOutput, ValStepOutput
 from envace.rewards.base import RewardOutput
 from envace.rewards.toolf1 import tool_f1
-from envace.rollout.loop import Episode, RolloutStats
+from envace.rollout.episode import Episode, RolloutStats
 from envace.types import ROLE_IDS
 
 
@@ -122,17 +123,19 @@ class RolloutLogger(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # fmt: skip
         if not isinstance(outputs, dict) or "episodes" not in outputs:
-            return
-        scalars = reward_metrics(outputs["episodes"], outputs["rewards"])
-        scalars |= group_metrics(outputs["episodes"], outputs["rewards"])
-        scalars |= act_metrics(outputs["episodes"])
-        scalars |= rollout_metrics(outputs["rollout"])
-        pl_module.log_dict(scalars, batch_size=len(outputs["episodes"]))
+            return  # a warm-start step (SFTStepOutput): nothing rolled out
+        out = cast(RLStepOutput, outputs)
+        scalars = reward_metrics(out["episodes"], out["rewards"])
+        scalars |= group_metrics(out["episodes"], out["rewards"])
+        scalars |= act_metrics(out["episodes"])
+        scalars |= rollout_metrics(out["rollout"])
+        pl_module.log_dict(scalars, batch_size=len(out["episodes"]))
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
         if isinstance(outputs, dict) and "episodes" in outputs:
-            self._val.extend(zip(outputs["episodes"], outputs["rewards"], strict=True))
+            out = cast(ValStepOutput, outputs)
+            self._val.extend(zip(out["episodes"], out["rewards"], strict=True))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._val:

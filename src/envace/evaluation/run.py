@@ -1,10 +1,11 @@
-"""``envace evaluate``: benchmark evaluation with test-time private rehearsal.
+"""``envace evaluate``: benchmark evaluation with test-time imagination (the paper's private rehearsal).
 
-    envace evaluate --config configs/eval/bfcl.yaml --rehearsal.mode parallel --rehearsal.n 4
-    envace evaluate --config configs/eval/bfcl.yaml --rehearsal.n_values [0,2,4] --rehearsal.modes [parallel,sequential]
+    envace evaluate --config configs/eval/bfcl.yaml --imagination.mode parallel --imagination.n 4
+    envace evaluate --config configs/eval/bfcl.yaml --imagination.n_values [0,2,4] \
+        --imagination.modes [parallel,sequential]
     envace evaluate --config configs/eval/tau2.yaml --policy runs/fit/version_0/checkpoints/last.ckpt
 
-Every rehearsal setting (plain, or N imagined attempts, parallel or sequential) runs the same tasks
+Every imagination setting (plain, or N imagined attempts, parallel or sequential) runs the same tasks
 with the same seeds; each committed episode is scored by the benchmark's own scorer; the table,
 per-item records, a plot and a summary go to ``out``. See ``docs/evaluation.md``.
 """
@@ -29,8 +30,7 @@ from envace.evaluation.policies import Policy, PolicyConfig, load_eval_policy
 from envace.evaluation.report import Row, make_rows, sort_rows, to_markdown, write_outputs
 from envace.evaluation.tau2 import Tau2Benchmark, model_user
 from envace.evaluation.users import UserSimConfig
-from envace.inference import RehearsalConfig, RehearsingRollout
-from envace.protocol.episode import PieceEncoder
+from envace.inference import ImaginationConfig, imagining_rollout
 from envace.rewards.base import RewardOutput
 from envace.rollout import ExternalSimulator, Responder, RolloutLimits, SamplingConfig, make_engine
 from envace.types import Task
@@ -54,14 +54,14 @@ def run_setting(
     bench: Benchmark,
     policy: Policy,
     tasks: list[Task],
-    setting: RehearsalConfig,
+    setting: ImaginationConfig,
     limits: RolloutLimits,
     sampling: SamplingConfig,
     seed: int,
     trial: int,
     batch_tasks: int,
 ) -> list[ItemResult]:
-    """Run and score every task once under one rehearsal setting (one trial)."""
+    """Run and score every task once under one imagination setting (one trial)."""
     torch.manual_seed(seed + trial)
     engine = policy.engine(sampling, bench.oracle)
     user = bench.user(policy)
@@ -70,10 +70,9 @@ def run_setting(
     for t in tasks:
         by_cat.setdefault(bench.category(t), []).append(t)
     for category, group in by_cat.items():
-        rollout = RehearsingRollout(
-            engine, policy.fmt, PieceEncoder(policy.tokenizer), bench.responder(policy),
-            bench.limits(category, limits), user=user, validate_calls=not policy.reference, rehearsal=setting,
-            imagine=bench.imagine(policy),
+        rollout = imagining_rollout(
+            engine, policy.tokenizer, policy.fmt, bench.responder(policy), bench.limits(category, limits), setting,
+            imagine=bench.imagine(policy), user=user, validate_calls=not policy.reference,
         )  # fmt: skip
         with bench.prepared(category, group, rollout.run) as ready:  # BFCL memory: its prerequisites
             for start in range(0, len(ready), max(1, batch_tasks)):
@@ -88,7 +87,7 @@ def run_setting(
 
 def _benchmark(
     name: BenchmarkName, tasks: TaskFilter, user: UserSimConfig, solo: bool, trials: int, simulator: str | None,
-    model: PolicyConfig, sampling: SamplingConfig, rehearse_tokens: int,
+    model: PolicyConfig, sampling: SamplingConfig,
 ) -> Benchmark:  # fmt: skip
     def load(n: str) -> Policy:
         return load_eval_policy(n, model)
@@ -99,19 +98,20 @@ def _benchmark(
     if name == "tau2":
         return Tau2Benchmark(tasks, solo=solo, trials=trials, make_user=make_user)
     if name == "vitabench":
-        sim = None if simulator is None else _external_simulator(load(simulator), sampling, rehearse_tokens)
+        sim = None if simulator is None else _external_simulator(load(simulator), sampling)
         return VitaBenchmark(tasks, simulator=sim, make_user=make_user)
     if name == "finmcp":
         return FinMCPBenchmark(tasks)
     raise ValueError(f"unknown benchmark {name!r}")
 
 
-def _external_simulator(sim: Policy, sampling: SamplingConfig, max_tokens: int) -> Callable[[Policy], Responder]:
-    """A committed responder factory: ``sim``'s frozen weights answer calls (``ExternalSimulator``)."""
+def _external_simulator(sim: Policy, sampling: SamplingConfig) -> Callable[[Policy], Responder]:
+    """A committed responder factory: ``sim``'s frozen weights answer calls (``ExternalSimulator``),
+    each response within the rollout's ``limits.max_rehearse_tokens``."""
 
     def build(policy: Policy) -> Responder:
         engine = make_engine(sim.model, sim.tokenizer, sim.fmt, sampling)
-        return ExternalSimulator(sim.name, max_new_tokens=max_tokens, engine=engine, tokenizer=sim.tokenizer)
+        return ExternalSimulator(sim.name, engine=engine, tokenizer=sim.tokenizer)
 
     return build
 
@@ -128,7 +128,7 @@ def evaluate(
     benchmark: BenchmarkName = "bfcl",
     policy: str = "smollm2-135m",
     tasks: TaskFilter | None = None,
-    rehearsal: RehearsalConfig | None = None,
+    imagination: ImaginationConfig | None = None,
     limits: RolloutLimits | None = None,
     sampling: SamplingConfig | None = None,
     model: PolicyConfig | None = None,
@@ -141,15 +141,16 @@ def evaluate(
     out: str | None = "runs/eval",
     quiet: bool = False,
 ) -> EvalResult:
-    """Evaluate a policy on a benchmark under one or several test-time rehearsal settings.
+    """Evaluate a policy on a benchmark under one or several test-time imagination settings.
 
     Args:
         benchmark: ``bfcl``, ``tau2``, ``vitabench`` or ``finmcp`` (OpenAI-chat logs with recorded results).
         policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
             (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``.
         tasks: which tasks (categories, split, a per-category limit, ids, max user turns, data path).
-        rehearsal: the rehearsal setting, or a sweep (``n_values`` × ``modes``).
-        limits: episode limits (reference policies run without token and call limits).
+        imagination: the imagination setting, or a sweep (``n_values`` × ``modes``).
+        limits: episode limits and generation budgets (``max_rehearse_tokens``: every generated tool
+            response, imagined or committed); reference policies run without token and call limits.
         sampling: how the policy samples (and the user simulator, at its own temperature).
         model: how a model policy is loaded (dtype, chat format, tool rendering, ``.ckpt`` base).
         user: who plays the user on tau2 and VitaBench.
@@ -162,7 +163,7 @@ def evaluate(
         out: the output folder (``None``: write nothing).
         quiet: do not print progress and the table.
     """
-    tasks, rehearsal = tasks or TaskFilter(), rehearsal or RehearsalConfig()
+    tasks, imagination = tasks or TaskFilter(), imagination or ImaginationConfig()
     limits, sampling = limits or RolloutLimits(), sampling or SamplingConfig()
     model, user = model or PolicyConfig(), user or UserSimConfig()
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -170,7 +171,7 @@ def evaluate(
     pol = load_eval_policy(policy, model)
     if pol.reference:
         limits = dataclasses.replace(limits, **{k: max(getattr(limits, k), v) for k, v in REFERENCE_LIMITS.items()})
-    bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling, rehearsal.rehearse_tokens)
+    bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling)
     task_list = bench.tasks()
     if not task_list:
         raise ValueError(f"no {benchmark} tasks match {tasks}")
@@ -179,7 +180,7 @@ def evaluate(
     rows: list[Row] = []
     items: list[ItemResult] = []
     seconds: dict[str, float] = {}
-    for setting in rehearsal.settings():
+    for setting in imagination.settings():
         t0 = time.perf_counter()
         got = []
         for trial in range(trials):
@@ -198,7 +199,7 @@ def evaluate(
     if out is not None:
         meta = {
             "benchmark": benchmark, "policy": policy, "seed": seed, "trials": trials, "tasks": len(task_list),
-            "settings": [dataclasses.asdict(s) for s in rehearsal.settings()], "seconds": seconds,
+            "settings": [dataclasses.asdict(s) for s in imagination.settings()], "seconds": seconds,
             "total_seconds": round(time.perf_counter() - began, 2), "limits": dataclasses.asdict(limits),
         }  # fmt: skip
         result.files = write_outputs(Path(out), rows, items, notes, meta, _headline(bench, rows))

@@ -1,29 +1,29 @@
-"""Test-time private rehearsal: imagine N attempts of each user turn, condense them into a rehearsal
-memory, commit one execution (DESIGN.md §1, §5)."""
+"""Test-time imagination (the paper's private rehearsal): imagine N attempts of each user turn,
+condense them into a memory, commit one execution (DESIGN.md §1, §5)."""
 
 from __future__ import annotations
 
-from envace.inference.memory import Attempt, render_attempt, render_memory
-from envace.inference.rehearsal import (
-    RECORDS,
-    RehearsalConfig,
-    RehearsingRollout,
+from envace.inference.imagine import (
+    Imagination,
+    ImaginationConfig,
+    ImaginedTurn,
     TokenCounts,
-    TurnRecord,
     attempt_of,
     fork,
+    imagining_rollout,
     token_counts,
 )
+from envace.inference.memory import Attempt, render_attempt, render_memory
 
 __all__ = [
-    "RECORDS",
     "Attempt",
-    "RehearsalConfig",
-    "RehearsingRollout",
+    "Imagination",
+    "ImaginationConfig",
+    "ImaginedTurn",
     "TokenCounts",
-    "TurnRecord",
     "attempt_of",
     "fork",
+    "imagining_rollout",
     "render_attempt",
     "render_memory",
     "token_counts",

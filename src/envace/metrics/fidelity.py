@@ -39,7 +39,7 @@ from envace.protocol import RehearsalError
 from envace.types import JSON, is_error
 
 if TYPE_CHECKING:
-    from envace.rollout.loop import FidelityPair
+    from envace.rollout.episode import FidelityPair
 
 PARSE_ERRORS = frozenset(
     {

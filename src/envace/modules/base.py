@@ -1,39 +1,46 @@
 """What every EnvACE LightningModule shares: the policy built in ``configure_model`` (FSDP2-ready),
-the optimizer, and per-token log-probs computed only where the loss needs them."""
+the optimizer, the update (log-probs where the loss needs them, :mod:`envace.modules.logprobs`),
+rollouts and rewards, and checkpoints that resume exactly."""
 
 from __future__ import annotations
 
 import dataclasses
-import random
-import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from torch import Tensor
-from transformers import DynamicCache
 
 from envace.data.batch import StepBatch, TokenBatch
-from envace.losses import RoleNLLLoss, gather_logprobs
+from envace.losses import RoleNLLLoss
+from envace.modules.logprobs import (
+    LossOf,
+    backward_in_chunks,
+    chunk_budget,
+    chunked_logprobs,
+    prefix_shared_logprobs,
+    selected_logprobs,
+    shared_prefix_length,
+)
+from envace.modules.outputs import ValStepOutput
+from envace.modules.state import kept_rng, rng_state, set_rng_state, unsharded
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat, make_format
 from envace.rewards import JudgeSettings, RewardOutput, compute_reward
 from envace.rollout import (
+    Episode,
     GenerationEngine,
     PolicyRehearsal,
     Responder,
     Rollout,
     RolloutLimits,
+    RolloutResult,
     SamplingConfig,
     make_engine,
     make_rollout,
-    summarize,
 )
 from envace.rollout.reference import OracleEngine
 from envace.types import Task
@@ -65,179 +72,6 @@ class OptimConfig:
     max_grad_norm: float | None = None
 
 
-def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> Tensor:
-    """``[B, T]`` log-probs of each token given its prefix, computed only at loss positions.
-
-    Position ``t`` holds ``log p(input_ids[t] | input_ids[:t])`` where ``loss_mask[:, t]`` is set in
-    any row, else 0. The LM head and log-softmax run only on those positions (``logits_to_keep``
-    with an index tensor): the long tool block and user turns never reach the vocabulary projection.
-    """
-    mask = batch.loss_mask.bool()
-    mask[:, 0] = False  # the first token has no prefix
-    positions = mask.any(dim=0).nonzero().squeeze(-1)  # token positions whose log-prob is needed
-    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-    if positions.numel() == 0:
-        return out + 0.0 * next(p for p in model.parameters() if p.requires_grad).sum()
-    logits = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=positions - 1, use_cache=False
-    ).logits  # logits at t-1 predict token t
-    lp = gather_logprobs(logits, batch.input_ids[:, positions], chunk_size)
-    return out.index_copy(1, positions, lp)
-
-
-def shared_prefix_length(batch: TokenBatch, minimum: int = 64) -> int:
-    """Length of the context prefix every row shares (0 when shorter than ``minimum``).
-
-    It stops before the first position whose log-prob the loss needs, so that position's logits
-    still come from the per-row part.
-    """
-    ids, mask = batch.input_ids, batch.loss_mask.bool()
-    same = (ids == ids[:1]).all(dim=0) & batch.attention_mask.bool().all(dim=0)
-    differs = (~same).nonzero()
-    n = int(differs[0]) if len(differs) else ids.shape[1]
-    needed = mask.any(dim=0).nonzero()
-    if len(needed):
-        n = min(n, int(needed[0]) - 1)
-    return n if n >= minimum and ids.shape[0] > 1 else 0
-
-
-def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_size: int = 512) -> Tensor:
-    """:func:`selected_logprobs` with the shared prefix run once instead of once per row.
-
-    A group's episodes share the system turn with its tool block; its keys and values are computed
-    for one row and expanded to the batch (autograd sums the gradient of every row back into them),
-    then each row's own part attends to them. Same values and gradients, ``(B - 1) * prefix`` fewer
-    tokens through the network.
-    """
-    batch_size = batch.input_ids.shape[0]
-    cache = DynamicCache(config=_config(model))
-    model(input_ids=batch.input_ids[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1)
-    shared = DynamicCache(
-        ddp_cache_data=[
-            (layer.keys.expand(batch_size, -1, -1, -1), layer.values.expand(batch_size, -1, -1, -1))  # type: ignore[union-attr]
-            for layer in cache.layers
-        ],
-        config=_config(model),
-    )
-    rest = TokenBatch(*(t[:, prefix:] for t in batch))
-    mask = batch.loss_mask.bool()[:, prefix:]
-    positions = mask.any(dim=0).nonzero().squeeze(-1)  # needed positions within the per-row part
-    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-    if positions.numel() == 0:
-        return out
-    logits = model(
-        input_ids=rest.input_ids,
-        attention_mask=batch.attention_mask,  # prefix + rows: the mask covers the cached positions too
-        cache=shared,
-        use_cache=True,
-        logits_to_keep=positions - 1,
-    ).logits
-    lp = gather_logprobs(logits, rest.input_ids[:, positions], chunk_size)
-    return out.index_copy(1, positions + prefix, lp)
-
-
-def row_chunks(batch: TokenBatch, max_tokens: int, prefix_of: Callable[[TokenBatch], int] | None = None) -> list[slice]:
-    """Consecutive row ranges whose forward runs at most ``max_tokens`` tokens: rows × their longest
-    row, less what ``prefix_of`` (the shared prefix a forward runs once, e.g. a group's system turn)
-    saves. A row longer than that is a chunk of its own.
-
-    >>> mask = torch.tensor([[1] * 6, [1] * 2 + [0] * 4] * 2)  # rows of 6, 2, 6, 2 tokens
-    >>> b = TokenBatch(*(torch.ones(4, 6),) * 5)._replace(attention_mask=mask)
-    >>> [(c.start, c.stop) for c in row_chunks(b, 12)], [(c.start, c.stop) for c in row_chunks(b, 5)]
-    ([(0, 2), (2, 4)], [(0, 1), (1, 2), (2, 3), (3, 4)])
-    """
-    lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
-
-    def cost(rows: slice) -> int:
-        n, longest = rows.stop - rows.start, max(lengths[rows])
-        prefix = prefix_of(TokenBatch(*(t[rows, :longest] for t in batch))) if prefix_of and n > 1 else 0
-        return prefix + n * (longest - prefix)
-
-    chunks, start = [], 0
-    for row in range(1, len(lengths)):
-        if cost(slice(start, row + 1)) > max_tokens:
-            chunks.append(slice(start, row))
-            start = row
-    chunks.append(slice(start, len(lengths)))
-    return chunks
-
-
-def chunked_logprobs(
-    fn: Callable[[TokenBatch], Tensor],
-    batch: TokenBatch,
-    max_tokens: int | None,
-    prefix_of: Callable[[TokenBatch], int] | None = None,
-) -> Tensor:
-    """``fn(batch)`` (``[B, T]`` log-probs) over row chunks of at most ``max_tokens`` padded tokens, for
-    values without gradients (validation, the KL reference): one chunk's activations at a time. A
-    batch that fits, or ``max_tokens=None``, runs ``fn`` on it directly."""
-    chunks = row_chunks(batch, max_tokens, prefix_of) if max_tokens else []
-    if len(chunks) <= 1:
-        return fn(batch)
-    return torch.cat([_chunk_logprobs(fn, batch, rows) for rows in chunks])
-
-
-def _chunk_logprobs(fn: Callable[[TokenBatch], Tensor], batch: TokenBatch, rows: slice) -> Tensor:
-    """``fn`` on ``batch``'s rows ``rows``, trimmed to their longest row (right padding), padded back to ``T``."""
-    width = int(batch.attention_mask[rows].sum(dim=1).max())
-    lp = fn(TokenBatch(*(t[rows, :width] for t in batch)))
-    return torch.nn.functional.pad(lp, (0, batch.input_ids.shape[1] - width))
-
-
-def chunk_budget(tokens_at_16_bit: int, activations: torch.dtype) -> int:
-    """Tokens per loss chunk for ``activations`` of that dtype, at the memory ``tokens_at_16_bit``
-    16-bit tokens take (activations scale with the element size).
-
-    >>> chunk_budget(2048, torch.bfloat16), chunk_budget(2048, torch.float32)
-    (2048, 1024)
-    """
-    return max(1, tokens_at_16_bit * 2 // torch.empty(0, dtype=activations).element_size())
-
-
-LossOf = Callable[[Tensor], tuple[Tensor, dict[str, Tensor]]]
-
-
-def backward_in_chunks(
-    fn: Callable[[TokenBatch], Tensor],
-    batch: TokenBatch,
-    loss_of: LossOf,
-    max_tokens: int | None,
-    backward: Callable[[Tensor], Any] = Tensor.backward,
-    prefix_of: Callable[[TokenBatch], int] | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Accumulate the gradient of ``loss_of(fn(batch))`` one row chunk at a time; returns the detached
-    loss and stats of the whole batch.
-
-    Each chunk of at most ``max_tokens`` padded tokens (:func:`row_chunks`) is run forward, and the
-    loss is taken with the chunk's log-probs in their rows and constants elsewhere, then backward at
-    once (rows not run yet hold ``batch.logprobs``, the sampling log-probs, as constants): the
-    activations alive at a time are one chunk's, whatever the number or length of the episodes,
-    and nothing is recomputed. Exact for every loss in which a row's gradient does not
-    depend on the other rows' log-probs (token or sequence means with normalisers from the masks,
-    advantages from the rewards: both EnvACE losses); ``tests/modules/test_logprobs.py`` checks the
-    gradients against one backward over the whole batch.
-    """
-    chunks = row_chunks(batch, max_tokens, prefix_of) if max_tokens else []
-    if len(chunks) <= 1:
-        loss, stats = loss_of(fn(batch))
-        backward(loss)
-        return loss.detach(), stats
-    values = batch.logprobs.detach().float().clone()  # rows not yet run: the sampling log-probs (ratio 1)
-    for rows in chunks:
-        lp = _chunk_logprobs(fn, batch, rows)
-        placed = torch.cat([values[: rows.start], lp, values[rows.stop :]])
-        part, _ = loss_of(placed)
-        backward(part)
-        values[rows] = lp.detach()
-    with torch.no_grad():
-        loss, stats = loss_of(values)
-    return loss, stats
-
-
-def _config(model: Any) -> Any:
-    return getattr(model, "config", None) or model.get_base_model().config
-
-
 class PolicyModule(pl.LightningModule):
     """Base of :class:`~envace.modules.SFTModule` and :class:`~envace.modules.EnvACEModule`.
 
@@ -249,7 +83,6 @@ class PolicyModule(pl.LightningModule):
         tool_style: how the Hermes format lists tools: ``json`` (full schemas) or ``compact``.
         limits: episode limits of every rollout (training and validation).
         sampling: how the policy samples.
-        rehearse_tokens: most tokens of one rehearsed tool response.
         val_group_size: episodes per validation task.
         val_temperature: sampling temperature of validation episodes; ``0`` (default) decodes
             greedily, so validation figures move with the weights, not with sampling noise; ``None``
@@ -281,7 +114,6 @@ class PolicyModule(pl.LightningModule):
         tool_style: str = "json",
         limits: RolloutLimits | None = None,
         sampling: SamplingConfig | None = None,
-        rehearse_tokens: int = 128,
         val_group_size: int = 1,
         val_temperature: float | None = 0.0,
         val_gold_fidelity: bool = True,
@@ -296,7 +128,6 @@ class PolicyModule(pl.LightningModule):
         self.optim = optim or OptimConfig()
         self.limits = limits or RolloutLimits()
         self.sampling = sampling or SamplingConfig()
-        self.rehearse_tokens = rehearse_tokens
         self.val_group_size = val_group_size
         self.val_temperature = val_temperature
         self.share_prefix = share_prefix
@@ -405,16 +236,14 @@ class PolicyModule(pl.LightningModule):
     def rollout(self, responder: Responder, lockstep: bool = False) -> Rollout:
         return make_rollout(self.engine, self.tokenizer, self.fmt, responder, self.limits, lockstep=lockstep)
 
-    def run_episodes(self, tasks: list[Task], group_size: int, responder: Responder, lockstep: bool = False) -> Rollout:
-        """Roll out ``group_size`` episodes per task; returns the rollout with ``episodes`` and ``stats``."""
-        ro = self.rollout(responder, lockstep)
-        began = time.perf_counter()
+    def run_episodes(
+        self, tasks: list[Task], group_size: int, responder: Responder, lockstep: bool = False
+    ) -> RolloutResult:
+        """Roll out ``group_size`` episodes per task: the episodes and the rollout's counts."""
         with unsharded(self.policy):
-            ro.episodes = ro.run(tasks, group_size)  # type: ignore[attr-defined]
-        ro.stats = summarize(ro.episodes, time.perf_counter() - began, self.engine)  # type: ignore[attr-defined]
-        return ro
+            return self.rollout(responder, lockstep).timed(tasks, group_size)
 
-    def validation_step(self, batch: StepBatch, batch_idx: int) -> dict[str, Any] | None:
+    def validation_step(self, batch: StepBatch, batch_idx: int) -> ValStepOutput | None:
         """Imagined episodes with a lockstep real environment: rewards here, fidelity in the callback.
 
         With ``val_gold_fidelity`` a second rollout has the gold calls written for the policy (the
@@ -424,25 +253,23 @@ class PolicyModule(pl.LightningModule):
         if not batch.tasks:
             return None
         with kept_rng(), self.engine.decoding(self.val_temperature):  # validation moves no training stream
-            responder = PolicyRehearsal(self.rehearse_tokens)
-            ro = self.run_episodes(batch.tasks, self.val_group_size, responder, lockstep=True)
-            episodes = ro.episodes  # type: ignore[attr-defined]
-            out = {"episodes": episodes, "rewards": [self.reward(e) for e in episodes]}
+            episodes = self.run_episodes(batch.tasks, self.val_group_size, PolicyRehearsal(), lockstep=True).episodes
+            out = ValStepOutput(episodes=episodes, rewards=[self.reward(e) for e in episodes], gold_episodes=[])
             if self.val_gold_fidelity:
                 out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
         return out
 
-    def reward(self, episode: Any) -> RewardOutput:
+    def reward(self, episode: Episode) -> RewardOutput:
         """The episode's task reward (masked, never raising, when it cannot be computed)."""
         return compute_reward(episode.task, episode.trajectory(), judge=self.judge)
 
-    def gold_rehearsals(self, tasks: list[Task]) -> list[Any]:
+    def gold_rehearsals(self, tasks: list[Task]) -> list[Episode]:
         """Episodes whose acts are the gold calls and whose tool turns the policy rehearses."""
         oracle = OracleEngine(self.tokenizer, self.engine.stop_ids)
         limits = dataclasses.replace(self.limits, max_new_tokens=4096, max_calls_per_step=64,
                                      max_episode_tokens=self.limits.max_episode_tokens * 4)  # fmt: skip
-        rollout = Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(self.rehearse_tokens,
-                          engine=self.engine), limits, lockstep=True, validate_calls=False)  # fmt: skip
+        rollout = Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(engine=self.engine),
+                          limits, lockstep=True, validate_calls=False)  # fmt: skip
         with unsharded(self.policy):
             return rollout.run(tasks, 1)
 
@@ -477,59 +304,6 @@ class PolicyModule(pl.LightningModule):
         scalars = {f"{prefix}/{k}": float(v.detach() if isinstance(v, Tensor) else v) for k, v in stats.items()
                    if _is_scalar(v)}  # fmt: skip
         self.log_dict(scalars, batch_size=batch_size, sync_dist=False)
-
-
-def rng_state() -> dict[str, Any]:
-    """The global random generators' states (torch CPU, Python, NumPy) as plain data and tensors,
-    so a checkpoint holding them still opens with ``torch.load(weights_only=True)``."""
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
-    keys = np.asarray(keys)
-    return {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-
-
-@contextmanager
-def kept_rng() -> Iterator[None]:
-    """Run the block without moving the global random generators (validation between training steps)."""
-    state = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(state)
-
-
-@contextmanager
-def unsharded(model: Any) -> Iterator[None]:
-    """Hold FSDP2-sharded parameters gathered while generating.
-
-    Ranks generate different episodes, so they run different numbers of forward passes; with
-    sharded parameters every forward is a collective and unequal counts would deadlock. Gathering
-    once (``unshard``, no reshard after forward) makes generation local to each rank.
-    """
-    from torch.distributed.fsdp import FSDPModule
-
-    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
-    for m in sharded:
-        m.set_reshard_after_forward(False, recurse=False)
-        m.unshard()
-    try:
-        yield
-    finally:
-        for m in sharded:
-            m.reshard()
-            m.set_reshard_after_forward(True, recurse=False)
 
 
 def _is_scalar(v: Any) -> bool:

@@ -10,7 +10,9 @@ from torch import Tensor
 
 from envace.data.batch import StepBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
-from envace.modules.base import PolicyModule, chunked_logprobs, selected_logprobs
+from envace.modules.base import PolicyModule
+from envace.modules.logprobs import chunked_logprobs, selected_logprobs
+from envace.modules.outputs import RLStepOutput, TrainStepOutput
 from envace.rollout import PolicyRehearsal, Responder
 
 
@@ -41,7 +43,7 @@ class EnvACEModule(PolicyModule):
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
-        self.responder = responder or PolicyRehearsal(self.rehearse_tokens)
+        self.responder = responder or PolicyRehearsal()
         self.group_size = group_size
         self.loss = loss or RoleGRPOLoss()
         self.warm_start_steps = warm_start_steps
@@ -54,17 +56,17 @@ class EnvACEModule(PolicyModule):
     def warming_up(self) -> bool:
         return self.global_step < self.warm_start_steps
 
-    def training_step(self, batch: StepBatch, batch_idx: int) -> dict[str, Any]:
+    def training_step(self, batch: StepBatch, batch_idx: int) -> TrainStepOutput:
         if self.warming_up:
             if batch.sft is None:
                 raise ValueError("warm_start_steps > 0 needs grounded episodes: set data.warm_start: true")
             return {"loss": self.sft_step(batch.sft, "train")}
         return self.rl_step(batch)
 
-    def rl_step(self, batch: StepBatch) -> dict[str, Any]:
+    def rl_step(self, batch: StepBatch) -> RLStepOutput:
         """Roll out G episodes per task, score them, and take the role-wise GRPO loss."""
-        ro = self.run_episodes(batch.tasks, self.group_size, self.responder)
-        episodes = ro.episodes  # type: ignore[attr-defined]
+        result = self.run_episodes(batch.tasks, self.group_size, self.responder)
+        episodes = result.episodes
         self.engine.reset_cache()  # the rollout's keys and values are dead weight through the update
         rewards = [self.reward(e) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
@@ -79,7 +81,7 @@ class EnvACEModule(PolicyModule):
         )
         loss, stats = self.update(tokens, lambda logprobs: self.loss(inputs._replace(logprobs=logprobs)))
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
-        return {"loss": loss, "episodes": episodes, "rewards": rewards, "rollout": ro.stats}  # type: ignore[attr-defined]
+        return RLStepOutput(loss=loss, episodes=episodes, rewards=rewards, rollout=result.stats)
 
     @torch.no_grad()
     def reference_logprobs(self, tokens: Any) -> Tensor:

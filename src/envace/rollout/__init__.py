@@ -7,7 +7,8 @@ from typing import Any
 from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat
 from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
-from envace.rollout.loop import Episode, FidelityPair, Rollout, RolloutLimits, RolloutStats, summarize
+from envace.rollout.episode import Episode, FidelityPair, RolloutResult, RolloutStats, summarize
+from envace.rollout.loop import Rollout, RolloutLimits, drive
 from envace.rollout.responders import ExternalSimulator, PolicyRehearsal, RealEnvironment, Replay, Responder
 
 __all__ = [
@@ -22,8 +23,10 @@ __all__ = [
     "Responder",
     "Rollout",
     "RolloutLimits",
+    "RolloutResult",
     "RolloutStats",
     "SamplingConfig",
+    "drive",
     "make_engine",
     "make_rollout",
     "stop_ids",

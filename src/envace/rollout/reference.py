@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envace.protocol import render_calls
-from envace.rollout.engine import EngineStats, Sample
+from envace.rollout.engine import EngineStats, Follow, Request, Sample
 from envace.types import ToolCall
 
 if TYPE_CHECKING:
-    from envace.rollout.loop import Episode
+    from envace.rollout.episode import Episode
 
 DONE = "Done."
 NOOP = "I cannot help with that."
@@ -33,7 +33,7 @@ class ScriptedEngine:
     tokenizer: Any
     stop_ids: list[int]
     stats: EngineStats = field(default_factory=EngineStats)
-    #: its turns cost nothing to write: the rollout writes each one as soon as the episode needs it
+    #: its turns cost nothing to write: the rollout asks for each one as soon as the episode needs it
     instant: ClassVar[bool] = True
 
     def reset_cache(self) -> None:
@@ -42,14 +42,20 @@ class ScriptedEngine:
     def text_for(self, episode: Episode) -> str:
         raise NotImplementedError
 
-    def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, episodes: list[Episode] | None = None
-    ) -> list[Sample]:
-        if episodes is None or len(episodes) != len(prompts):
-            raise ValueError("a scripted engine needs the episodes it writes for")
+    def stream(self, requests: list[Request], follow: Follow) -> None:
+        """Write every request, round by round: the requests that a round's ends ask for are the next."""
+        while requests:
+            samples = self.write(requests)
+            requests = [nxt for r, s in zip(requests, samples, strict=True) for nxt in follow(r, s)]
+
+    def write(self, requests: list[Request]) -> list[Sample]:
+        """One round: each request's text (:meth:`text_for` its episode), cut to its budget and ended."""
         samples = []
-        for ep in episodes:
-            ids = self.tokenizer(self.text_for(ep), add_special_tokens=False)["input_ids"][: max_new_tokens - 1]
+        for request in requests:
+            if request.episode is None:
+                raise ValueError("a scripted engine writes for episodes: the request names none")
+            text = self.text_for(request.episode)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: request.max_new_tokens - 1]
             ids = [*ids, self.stop_ids[0]]
             samples.append(Sample(ids, [0.0] * len(ids), stopped=True))
             self.stats.tokens += len(ids)

@@ -6,8 +6,9 @@
 * :class:`Replay` — recorded responses matched by tool name and arguments (context).
 
 A responder either answers a call at once (``respond``) or says what generation writes the answer
-(``generation``): the rollout then batches that generation with the other episodes' (continuous
-batching joins it to the running batch of its engine).
+(``generation``, within the rollout's ``max_rehearse_tokens``): the rollout then batches that
+generation with the other episodes' (continuous batching joins it to the running batch of its
+engine).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from envace.rollout.engine import Engine, Sample
 from envace.types import JSON, ToolCall, error_observation
 
 if TYPE_CHECKING:
-    from envace.rollout.loop import Episode
+    from envace.rollout.episode import Episode
 
 
 @dataclass
@@ -62,8 +63,9 @@ class Responder(ABC):
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
         """One :class:`ToolTurn` per (episode, call) pair, in order."""
 
-    def generation(self, episode: Episode, call: ToolCall) -> Generation | None:
-        """The generation that writes the answer to ``call``, or ``None`` when :meth:`respond` answers it."""
+    def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation | None:
+        """The generation that writes the answer to ``call`` in at most ``max_new_tokens`` tokens, or
+        ``None`` when :meth:`respond` answers it."""
         return None
 
     def bind(self, engine: Engine, tokenizer: Any) -> None:  # noqa: B027 - optional hook
@@ -71,31 +73,23 @@ class Responder(ABC):
 
 
 class SamplingResponder(Responder):
-    """A responder whose answers are sampled (:meth:`generation`); :meth:`respond` samples them for
-    several episodes in one batch (the rollout itself streams the generations)."""
+    """A responder whose answers are always sampled (:meth:`generation`): the rollout batches them."""
 
     @abstractmethod
-    def generation(self, episode: Episode, call: ToolCall) -> Generation: ...
+    def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation: ...
 
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
-        gens = [self.generation(e, c) for e, c in zip(episodes, calls, strict=True)]
-        if not gens:
-            return []
-        streams = episodes if gens[0].own_stream else None
-        samples = gens[0].engine.generate([g.prompt for g in gens], gens[0].max_new_tokens, streams)
-        return [g.turn(s) for g, s in zip(gens, samples, strict=True)]
+        raise TypeError(f"{type(self).__name__} answers by sampling: the rollout runs its generation()")
 
 
 class PolicyRehearsal(SamplingResponder):
     """The policy plays the environment inline: tool-turn header, then it samples the body.
 
     Args:
-        max_new_tokens: most tokens a rehearsed tool response may take.
         engine: the engine that writes the rehearsals; default: the policy's own (bound by the rollout).
     """
 
-    def __init__(self, max_new_tokens: int = 128, engine: Engine | None = None):
-        self.max_new_tokens = max_new_tokens
+    def __init__(self, engine: Engine | None = None):
         self.engine = engine
         self.tokenizer: Any = None
 
@@ -103,9 +97,9 @@ class PolicyRehearsal(SamplingResponder):
         self.engine = self.engine or engine
         self.tokenizer = tokenizer
 
-    def generation(self, episode: Episode, call: ToolCall) -> Generation:
+    def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation:
         assert self.engine is not None, "PolicyRehearsal.bind() was not called"
-        return Generation(self.engine, episode.open_tool_turn(), self.max_new_tokens, self._turn)
+        return Generation(self.engine, episode.open_tool_turn(), max_new_tokens, self._turn)
 
     def _turn(self, sample: Sample) -> ToolTurn:
         text = self.tokenizer.decode(sample.ids, skip_special_tokens=True)
@@ -158,7 +152,6 @@ class ExternalSimulator(SamplingResponder):
 
     Args:
         simulator: the simulator model (name or path, see :class:`~envace.policy.PolicySpec`).
-        max_new_tokens: most tokens per simulated response.
         few_shot: most recorded real results shown as examples.
         engine: a ready engine for the simulator (tests); default: built from ``simulator`` on bind.
         tokenizer: the simulator's tokenizer, with ``engine``.
@@ -167,12 +160,11 @@ class ExternalSimulator(SamplingResponder):
     def __init__(
         self,
         simulator: str = "smollm2-135m",
-        max_new_tokens: int = 128,
         few_shot: int = 2,
         engine: Engine | None = None,
         tokenizer: Any = None,
     ):
-        self.simulator, self.max_new_tokens, self.few_shot = simulator, max_new_tokens, few_shot
+        self.simulator, self.few_shot = simulator, few_shot
         self.engine, self.tokenizer = engine, tokenizer
 
     def bind(self, engine: Engine, tokenizer: Any) -> None:
@@ -205,11 +197,11 @@ class ExternalSimulator(SamplingResponder):
         text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return text
 
-    def generation(self, episode: Episode, call: ToolCall) -> Generation:
+    def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation:
         """The simulator's own prompt; it samples from the global stream (its responses are context)."""
         assert self.engine is not None, "ExternalSimulator.bind() was not called"
         prompt = self.tokenizer(self.prompt(episode, call), add_special_tokens=False)["input_ids"]
-        return Generation(self.engine, prompt, self.max_new_tokens, self._turn, own_stream=False)
+        return Generation(self.engine, prompt, max_new_tokens, self._turn, own_stream=False)
 
     def _turn(self, sample: Sample) -> ToolTurn:
         return ToolTurn(parse_rehearsal(self.tokenizer.decode(sample.ids, skip_special_tokens=True)))

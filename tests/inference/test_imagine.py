@@ -1,4 +1,4 @@
-"""Private rehearsal: imagined attempts start from the committed ids, generate together, are
+"""Test-time imagination: imagined attempts start from the committed ids, generate together, are
 condensed into a note placed before the committed act, and are counted apart from committed tokens."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from envace.data.sources import load_source
-from envace.inference import RECORDS, Attempt, RehearsalConfig, RehearsingRollout, fork, render_memory, token_counts
+from envace.inference import Attempt, ImaginationConfig, fork, imagining_rollout, render_memory, token_counts
 from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import HermesFormat
 from envace.rollout import RealEnvironment, Rollout, RolloutLimits, SamplingConfig, make_engine
@@ -41,9 +41,9 @@ class Scripted(ScriptedEngine):
         super().__init__(tokenizer, [tokenizer.eos_token_id])
         self.batches: list[list[str]] = []
 
-    def generate(self, prompts, max_new_tokens, episodes=None):
-        self.batches.append([self.tokenizer.decode(p) for p in prompts])
-        return super().generate(prompts, max_new_tokens, episodes)
+    def write(self, requests):
+        self.batches.append([self.tokenizer.decode(r.prompt) for r in requests])
+        return super().write(requests)
 
     def text_for(self, episode):
         if episode.builder.text().endswith(TOOL_HEADER):
@@ -51,21 +51,20 @@ class Scripted(ScriptedEngine):
         return '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>' if episode.steps_in_turn == 0 else "All set."
 
 
-def _rollout(engine, tokenizer, mode: str, n: int, limits: RolloutLimits | None = None) -> RehearsingRollout:
-    return RehearsingRollout(engine, FMT, PieceEncoder(tokenizer), RealEnvironment(), limits or RolloutLimits(),
-                             rehearsal=RehearsalConfig(mode, n))  # fmt: skip
+def _rollout(engine, tokenizer, mode: str, n: int, limits: RolloutLimits | None = None) -> Rollout:
+    return imagining_rollout(engine, tokenizer, FMT, RealEnvironment(), limits, ImaginationConfig(mode, n))
 
 
 def test_settings_of_a_sweep() -> None:
-    sweep = RehearsalConfig(n_values=[4, 0, 2], modes=["parallel", "sequential"]).settings()
+    sweep = ImaginationConfig(n_values=[4, 0, 2], modes=["parallel", "sequential"]).settings()
     assert [(s.mode, s.n) for s in sweep] == [("none", 0), ("parallel", 2), ("sequential", 2), ("parallel", 4),
                                               ("sequential", 4)]  # fmt: skip
-    assert [(s.mode, s.n) for s in RehearsalConfig("sequential", 3).settings()] == [("sequential", 3)]
+    assert [(s.mode, s.n) for s in ImaginationConfig("sequential", 3).settings()] == [("sequential", 3)]
 
 
 def test_fork_copies_the_committed_episode(tokenizer, tasks) -> None:
     ro = _rollout(Scripted(tokenizer), tokenizer, "none", 0)
-    ep = ro._start(tasks[0], 0)
+    ep = ro.start(tasks[0], 0)
     im = fork(ep)
     assert im.ids == ep.ids and im.builder.roles == ep.builder.roles and im.env is None and im.turn == ep.turn
     im.builder.context("more")
@@ -82,7 +81,7 @@ def test_parallel_attempts_batch_and_the_note_precedes_the_committed_act(tokeniz
     # then every imagined pwd is rehearsed by the policy, in one batch
     assert len(engine.batches[1]) == 6 and all(p.endswith(TOOL_HEADER) for p in engine.batches[1])
     for ep in episodes:
-        records = ep.scratch[RECORDS]
+        records = ep.imagined
         assert [r.turn for r in records] == list(range(len(ep.task.user_turns)))
         first = records[0]
         assert len(first.attempts) == 3
@@ -97,7 +96,7 @@ def test_parallel_attempts_batch_and_the_note_precedes_the_committed_act(tokeniz
         # committed execution is real: the committed pwd got the real environment's answer
         assert ep.calls[0].response != {"current_working_directory": "/imagined"}
         counts = token_counts(ep)
-        assert counts.rehearsal == sum(r.tokens for r in records) > 0
+        assert counts.imagined == sum(r.tokens for r in records) > 0
         assert counts.committed == ep.role_tokens()["act"] and counts.memory == sum(r.memory_tokens for r in records)
         assert ep.role_tokens()["rehearse"] == 0  # imagined tokens never enter the committed episode
 
@@ -109,7 +108,7 @@ def test_sequential_attempt_sees_the_memory_of_earlier_ones(tokenizer, tasks) ->
     assert "Private rehearsal" not in acts[0][0]  # attempt 1: the committed context only
     second = next(b[0] for b in acts[1:] if "Attempt 1:" in b[0])  # attempt 2 reads attempt 1's note
     assert "Attempt 2:" not in second
-    assert len(ep.scratch[RECORDS][0].attempts) == 2 and "Attempt 2:" in ep.builder.text()
+    assert len(ep.imagined[0].attempts) == 2 and "Attempt 2:" in ep.builder.text()
 
 
 def test_zero_rehearsals_is_plain_execution(tokenizer, tiny_model, short) -> None:
@@ -131,9 +130,9 @@ def test_sampled_attempts_count_their_tokens(tokenizer, tiny_model, short) -> No
     engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
     limits = RolloutLimits(max_new_tokens=6, max_steps_per_turn=1)
     eps = _rollout(engine, tokenizer, "parallel", 2, limits).run(short[:1])
-    rec = eps[0].scratch[RECORDS][0]
+    rec = eps[0].imagined[0]
     assert [a.tokens for a in rec.attempts] == [6, 6] and all("truncated" in a.flags for a in rec.attempts)
-    assert token_counts(eps[0]).rehearsal == 12
+    assert token_counts(eps[0]).imagined == 12
 
 
 def test_memory_lists_calls_results_outcome_and_errors() -> None:
