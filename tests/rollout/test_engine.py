@@ -3,7 +3,6 @@ written in place, and sampled log-probs still match a fresh forward of the whole
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -83,7 +82,7 @@ def test_a_row_continues_from_its_kept_keys_and_values(tiny_model, reuse: bool) 
         fresh = _fresh_logprobs(tiny_model, prompt + s.ids, len(s.ids))
         torch.testing.assert_close(torch.tensor(s.logprobs), fresh, atol=1e-4, rtol=0)
     engine.reset_cache()
-    assert not engine._rows and not engine._prefixes
+    assert not engine.kept.rows and not engine.kept.prefixes
 
 
 def test_bfloat16_sampling_uses_a_copy_refreshed_after_each_update(tiny_model) -> None:
@@ -157,10 +156,10 @@ def test_identical_prompts_are_prefilled_once_and_rows_sample_from_their_episode
     a, b = prefix + [5, 6, 7], prefix + [8, 9]
     prompts = [a, b, a, a]  # e.g. three members of a group that made the same call
 
-    def episodes(*seeds: int) -> list[SimpleNamespace]:
-        return [SimpleNamespace(rng=torch.Generator().manual_seed(s)) for s in seeds]
+    def rngs(*seeds: int) -> list[torch.Generator | None]:
+        return [torch.Generator().manual_seed(s) for s in seeds]
 
-    samples = engine.generate(prompts, 4, episodes(1, 2, 3, 4))
+    samples = engine.generate(prompts, 4, rngs(1, 2, 3, 4))
     assert engine.stats.prefill_tokens == 40 + 3 + 2  # the shared prefix, then a and b once each
     assert len({tuple(s.ids) for s in samples}) == 4  # the copies of a still sample on their own
     for prompt, s in zip(prompts, samples, strict=True):
@@ -170,10 +169,10 @@ def test_identical_prompts_are_prefilled_once_and_rows_sample_from_their_episode
     engine.generate([a + samples[3].ids + [11]], 2)
     assert engine.stats.prefill_tokens - before == 2  # its last sampled token and the new one
     engine.reset_cache()
-    alone = engine.generate([a], 4, episodes(3))[0]  # the same stream alone: the same tokens
+    alone = engine.generate([a], 4, rngs(3))[0]  # the same stream alone: the same tokens
     assert alone.ids == samples[2].ids
     each = GenerationEngine(tiny_model, [-1], 2, SamplingConfig(min_prefix=8, share_identical=False))
-    assert [s.ids for s in each.generate(prompts, 4, episodes(1, 2, 3, 4))] == [s.ids for s in samples]
+    assert [s.ids for s in each.generate(prompts, 4, rngs(1, 2, 3, 4))] == [s.ids for s in samples]
     assert each.stats.prefill_tokens == 40 + 3 + 2 + 3 + 3  # without sharing: every row its own part
 
 
@@ -181,7 +180,7 @@ def test_kept_rows_stay_within_their_token_budget(tiny_model) -> None:
     sampling = SamplingConfig(min_prefix=8, row_cache_tokens=50)
     engine = GenerationEngine(tiny_model, stop_ids=[-1], pad_id=2, sampling=sampling)
     engine.generate([list(range(10, 50)), list(range(60, 100))], 4)  # two rows of 43 tokens each
-    assert [len(k) for k in engine._rows] == [43]  # the least recently kept one went
+    assert [len(k) for k in engine.kept.rows] == [43]  # the least recently kept one went
 
 
 def test_stopped_rows_leave_the_batch_and_keep_their_keys_and_values(tiny_model) -> None:
@@ -280,7 +279,7 @@ def test_micro_batches_sample_what_one_batch_samples(tiny_model) -> None:
     def run(batch_size: int) -> list[list[int]]:
         sampling = SamplingConfig(min_prefix=8, batch_size=batch_size)
         engine = GenerationEngine(tiny_model, stop_ids=list(range(0, 49152, 5)), pad_id=2, sampling=sampling)
-        rngs = [SimpleNamespace(rng=torch.Generator().manual_seed(i)) for i in range(len(prompts))]
+        rngs: list[torch.Generator | None] = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
         return [s.ids for s in engine.generate(prompts, 8, rngs)]
 
     assert run(batch_size=2) == run(batch_size=16)
