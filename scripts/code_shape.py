@@ -1,6 +1,6 @@
 """The package's shape, measured: file sizes over a limit, functions over a length, and import cycles.
 
-    python scripts/code_shape.py [--lines 400] [--function-lines 60]
+    python scripts/code_shape.py [--lines 400] [--function-lines 60] [--root src]
 
 Exits 1 when a module is over ``--lines``, a function over ``--function-lines`` is not in the printed
 table's allowance (``--max-long``), or the import graph of ``envace`` has a cycle, or a package imports outside what
@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1] / "src"
 ALLOWED = {"envace.rewards": {"envace.types", "envace.protocol", "envace._bfcl"}}
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
-    for path in sorted((ROOT / "envace").rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted((root / "envace").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = path
@@ -48,7 +48,9 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
         for t in targets:
             while t and t not in known:
@@ -94,12 +96,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def functions(path: Path) -> list[tuple[str, int]]:
+def functions(path: Path) -> list[tuple[str, int, int]]:
+    """Every function's name, its lines, and its lines without the docstring."""
     tree = ast.parse(path.read_text())
     out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.append((node.name, (node.end_lineno or node.lineno) - node.lineno + 1))
+            total = (node.end_lineno or node.lineno) - node.lineno + 1
+            first = node.body[0]
+            doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            doc_lines = (first.end_lineno or first.lineno) - first.lineno + 1 if doc else 0
+            out.append((node.name, total, total - doc_lines))
     return out
 
 
@@ -107,8 +114,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=400)
     ap.add_argument("--function-lines", type=int, default=60)
+    ap.add_argument("--root", type=Path, default=ROOT, help="the src folder to measure (e.g. an older worktree's)")
     args = ap.parse_args()
-    mods = modules()
+    mods = modules(args.root)
     known = set(mods)
     graph = {m: imports(m, p, known) for m, p in mods.items()}
     # a package's __init__ importing its own submodules is not a cycle through the package
@@ -116,14 +124,14 @@ def main() -> int:
         graph[m] = {t for t in graph[m] if not (m.startswith(t + ".") and t in known)}
     found = cycles(graph)
     sizes = {m: len(p.read_text().splitlines()) for m, p in mods.items()}
-    funcs = [(m, f, n) for m, p in mods.items() for f, n in functions(p)]
+    funcs = [(m, f, n, code) for m, p in mods.items() for f, n, code in functions(p)]
     long = sorted([x for x in funcs if x[2] > args.function_lines], key=lambda x: -x[2])
     print(f"{len(mods)} modules, {sum(sizes.values())} lines; {len(funcs)} functions, "
-          f"median {statistics.median(n for _, _, n in funcs):.0f} lines")  # fmt: skip
-    print(f"largest modules: " + ", ".join(f"{m} {n}" for m, n in sorted(sizes.items(), key=lambda x: -x[1])[:5]))
-    print(f"functions over {args.function_lines} lines: {len(long)}")
-    for m, f, n in long:
-        print(f"  {n:4d}  {m}.{f}")
+          f"median {statistics.median(x[2] for x in funcs):.0f} lines")  # fmt: skip
+    print("largest modules: " + ", ".join(f"{m} {n}" for m, n in sorted(sizes.items(), key=lambda x: -x[1])[:5]))
+    print(f"functions over {args.function_lines} lines: {len(long)} (lines, lines without the docstring)")
+    for m, f, n, code in long:
+        print(f"  {n:4d} {code:4d}  {m}.{f}")
     over = [(m, n) for m, n in sizes.items() if n > args.lines]
     for m, n in over:
         print(f"module over {args.lines} lines: {m} ({n})")

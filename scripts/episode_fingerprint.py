@@ -71,7 +71,7 @@ def imagination(engine: Any, tok: Any, mode: str, n: int) -> Any:
         return imagining_rollout(engine, tok, FMT, RealEnvironment(), limits, ImaginationConfig(mode, n))
     else:
         from envace.inference import RehearsalConfig, RehearsingRollout
-        from envace.protocol.episode import PieceEncoder
+        from envace.protocol.tokens import PieceEncoder
 
         return RehearsingRollout(engine, FMT, PieceEncoder(tok), RealEnvironment(), LIMITS,
                                  rehearsal=RehearsalConfig(mode, n))  # fmt: skip

@@ -7,7 +7,7 @@
     .venv/bin/python scripts/reward_agreement.py --probes true            # add the probes (docs/rewards.md)
 
 Episodes: (a) for ``per_category`` tasks of each BFCL multi-turn category and each perturbation kind
-(:data:`envace.rewards.agreement.KINDS`), the gold with one perturbation, written by a scripted engine
+(:data:`envace.evaluation.agreement.KINDS`), the gold with one perturbation, written by a scripted engine
 into the ordinary rollout loop with the ``RealEnvironment`` responder; (b) ``model_tasks x group_size``
 episodes written by the packaged SmolLM2-135M (compact tools, tasks cut to ``max_user_turns``). Each is
 scored by ``bfcl_multi_turn`` (strict all-turns flag) and by the official checker on its committed calls.
@@ -28,9 +28,9 @@ from typing import Any
 import jsonargparse
 
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, load_multi_turn
+from envace.evaluation.agreement import KINDS, PROBES, Row, confusion, run_scripted, score_episode, select
 from envace.policy import load_tokenizer
 from envace.protocol.render import HermesFormat
-from envace.rewards.agreement import KINDS, PROBES, Row, confusion, cut_turns, run_scripted, score_episode, select
 from envace.types import Task
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -51,7 +51,7 @@ def model_rows(
     rng = random.Random(seed)
     pools = {c: [t for t in tasks if t.category == c] for c in MULTI_TURN_CATEGORIES}
     chosen = [rng.choice(pools[MULTI_TURN_CATEGORIES[i % len(MULTI_TURN_CATEGORIES)]]) for i in range(n_tasks)]
-    chosen = [cut_turns(t, max_user_turns) for t in chosen]
+    chosen = [t.first_turns(max_user_turns) for t in chosen]
     model, tokenizer = load_policy()
     model.eval()
     engine = make_engine(model, tokenizer, FMT, SamplingConfig(temperature=temperature, batch_size=group_size))
@@ -102,7 +102,7 @@ def main(
     Args:
         per_category: scripted episodes per perturbation kind and category (each on its own task).
         seed: seeds the task draw, the perturbation picks and the model's sampling.
-        probes: also run :data:`~envace.rewards.agreement.PROBES` (known, documented differences).
+        probes: also run :data:`~envace.evaluation.agreement.PROBES` (known, documented differences).
         model_tasks: tasks the packaged SmolLM2 attempts (0: scripted episodes only).
         group_size: SmolLM2 episodes per task.
         max_user_turns: SmolLM2 tasks are cut to their first turns (gold and checker ground truth alike).

@@ -28,7 +28,7 @@ from envace.losses import LossInputs
 from envace.modules import EnvACEModule
 from envace.modules.logprobs import backward_in_chunks
 from envace.policy import LoraSpec, PolicySpec
-from envace.protocol.episode import PieceEncoder, encode_trajectory
+from envace.protocol.tokens import PieceEncoder, encode_trajectory
 
 LORA = LoraSpec(r=16, alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                  "down_proj"])  # fmt: skip

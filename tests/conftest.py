@@ -10,6 +10,8 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the VitaBench copy (MIT) in the shared data beside the repository; ENVACE_VITABENCH points elsewhere
+VITABENCH = Path(os.environ.get("ENVACE_VITABENCH") or SHARED_DATA / "vitabench")
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +35,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"shared test data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def vitabench_data() -> Path:
+    """The VitaBench folder (``$ENVACE_VITABENCH``, else ``SHARED_DATA / "vitabench"``); skips when absent."""
+    if not VITABENCH.exists():
+        pytest.skip(f"VitaBench data folder not found at {VITABENCH} (set ENVACE_VITABENCH)")
+    return VITABENCH
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

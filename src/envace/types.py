@@ -11,7 +11,7 @@ A tool schema is an OpenAI-style function description::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 Role = Literal["context", "act", "rehearse"]
@@ -141,6 +141,38 @@ class Task:
                 tools.extend(self.tools_added[k])
         return tools
 
+    def first_turns(self, k: int | None) -> Task:
+        """The task cut to its first ``k`` user turns (all of them for ``None``), every per-turn field
+        with them, so that nothing of a dropped turn leaks into the rollout, the warm start or a scorer:
+        ``gold``, ``tools_added`` at turns ``>= k``, BFCL's per-turn ``extra["ground_truth"]`` (when
+        present, one entry per turn), the ``recorded`` responses of the dropped turns' calls, and
+        ``extra["final_response"]`` (it answered the last turn). ``extra["truncated_from"]`` keeps the
+        original turn count. The task itself is not changed; it is returned as is when nothing is cut.
+
+        >>> t = Task("t", "x", user_turns=["a", "b"], gold=[[ToolCall("f")], [ToolCall("g")]], tools_added={"1": []})
+        >>> c = t.first_turns(1)
+        >>> c.user_turns, [[x.name for x in turn] for turn in c.gold], c.tools_added, c.extra["truncated_from"]
+        (['a'], [['f']], {}, 2)
+        >>> t.first_turns(2) is t and t.first_turns(None) is t
+        True
+        """
+        if k is None or len(self.user_turns) <= k:
+            return self
+        gold = self.gold[:k]
+        extra = dict(self.extra, truncated_from=len(self.user_turns))
+        truth = extra.get("ground_truth")
+        if isinstance(truth, list) and len(truth) == len(self.user_turns):  # per turn (BFCL), not per item
+            extra["ground_truth"] = truth[:k]
+        extra.pop("final_response", None)
+        return replace(
+            self,
+            user_turns=self.user_turns[:k],
+            gold=gold,
+            tools_added={t: v for t, v in self.tools_added.items() if int(t) < k},
+            recorded=_records_before(self.recorded, [c for turn in gold for c in turn]),
+            extra=extra,
+        )
+
     def to_json(self) -> str:
         d = asdict(self)
         return json.dumps(d, default=str)
@@ -151,6 +183,15 @@ class Task:
         d["gold"] = [[ToolCall.from_dict(c) for c in turn] for turn in d.get("gold") or []]
         d["recorded"] = [CallRecord.from_dict(r) for r in d.get("recorded") or []]
         return cls(**d)
+
+
+def _records_before(recorded: list[CallRecord], calls: list[ToolCall]) -> list[CallRecord]:
+    """The leading records that answer ``calls`` in order (records hold only answered calls)."""
+    i = 0
+    for call in calls:
+        if i < len(recorded) and recorded[i].call == call:
+            i += 1
+    return recorded[:i]
 
 
 @dataclass

@@ -13,16 +13,15 @@ import pytest
 import torch
 
 from envace.data.batch import StepBatch
-from envace.data.datamodule import EnvACEDataModule, SourceSpec, recorded_trajectory, truncate_task
+from envace.data.datamodule import EnvACEDataModule, recorded_trajectory
 from envace.data.grounding import ground
-from envace.data.sources import load_source
-from envace.protocol.episode import PieceEncoder
+from envace.data.sources import SourceSpec, load_source
 from envace.protocol.render import HermesFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.types import Task
 
 BASE = {"name": "bfcl-multi-turn", "split": "train", "categories": ["multi_turn_base"]}
 MISS_FUNC = {"name": "bfcl-multi-turn", "split": "train", "categories": ["multi_turn_miss_func"]}
-VITABENCH = Path("/work/shared/data/vitabench")
 
 
 def make(tokenizer, **kw) -> EnvACEDataModule:
@@ -80,11 +79,11 @@ def test_max_user_turns_cuts_turns_gold_and_added_tools_together(tokenizer) -> N
     assert all(len(t.user_turns) == len(t.gold) for t in originals.values())  # the source tasks are untouched
 
 
-def test_truncate_task_keeps_the_recorded_calls_of_kept_turns(tmp_path: Path) -> None:
+def test_first_turns_keeps_the_recorded_calls_of_kept_turns(tmp_path: Path) -> None:
     task = load_source("chatlog", path=str(_chatlog(tmp_path)))[0]
-    cut = truncate_task(task, 1)
+    cut = task.first_turns(1)
     assert [r.call for r in cut.recorded] == [c for c in cut.gold[0]] and len(task.recorded) == 3
-    assert "final_response" not in cut.extra and truncate_task(task, 5) is task
+    assert "final_response" not in cut.extra and task.first_turns(5) is task
 
 
 def test_same_seed_same_batches_other_seed_other_order(tokenizer, dm: EnvACEDataModule) -> None:
@@ -140,9 +139,8 @@ def test_no_warm_start_and_max_sft_tokens(tokenizer) -> None:
     assert dm.counts["sft_dropped_long"] + len(dm.episodes) == 10 and dm.counts["sft_dropped_long"] > 0
 
 
-@pytest.mark.skipif(not VITABENCH.exists(), reason="VitaBench data folder not present")
-def test_vitabench_loads_without_grounding(tokenizer) -> None:
-    source = {"name": "vitabench", "split": "all", "path": str(VITABENCH), "domains": ["delivery"]}
+def test_vitabench_loads_without_grounding(tokenizer, vitabench_data: Path) -> None:
+    source = {"name": "vitabench", "split": "all", "path": str(vitabench_data), "domains": ["delivery"]}
     dm = make(tokenizer, sources=[source], tasks_per_step=4, limit=8)
     assert len(dm.train_set) == 8 and all(t.benchmark == "vitabench" and t.env is None for t in dm.train_set)
     assert dm.counts["ground_skipped_no_env"] == 8 and dm.episodes == []

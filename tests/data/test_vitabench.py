@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -15,14 +14,12 @@ from envace.data.sources.vitabench import load_vitabench
 from envace.protocol.parse import validate_call
 from envace.types import Task, ToolCall
 
-# the shipped copy (MIT) beside the repository; ENVACE_VITABENCH points elsewhere
-DATA = Path(os.environ.get("ENVACE_VITABENCH", "/work/shared/data/vitabench"))
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="VitaBench data folder not present")
+# the data folder is the `vitabench_data` fixture (tests/conftest.py): skipped where it is absent
 
 
 @pytest.fixture(scope="module")
-def tasks() -> list[Task]:
-    return load_vitabench(path=str(DATA))
+def tasks(vitabench_data: Path) -> list[Task]:
+    return load_vitabench(path=str(vitabench_data))
 
 
 def test_counts_and_fields(tasks: list[Task]) -> None:
@@ -69,20 +66,20 @@ def test_required_orders_merge_states_and_lift_misfiled_orders(tasks: list[Task]
     assert kinds["book_id"] > 0 and kinds["reservation_id"] > 0
 
 
-def test_path_from_environment_variable_and_domains(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ENVACE_VITABENCH", str(DATA))
+def test_path_from_environment_variable_and_domains(monkeypatch: pytest.MonkeyPatch, vitabench_data: Path) -> None:
+    monkeypatch.setenv("ENVACE_VITABENCH", str(vitabench_data))
     assert len(load_source("vitabench", domains=["instore"])) == 100
     monkeypatch.delenv("ENVACE_VITABENCH")
     with pytest.raises(ValueError, match="ENVACE_VITABENCH"):
         load_vitabench()
     with pytest.raises(ValueError, match="evaluation set"):
-        load_vitabench(split="train", path=str(DATA))
+        load_vitabench(split="train", path=str(vitabench_data))
 
 
 @pytest.fixture
-def small_copy(tmp_path: Path) -> Path:
-    shutil.copy(DATA / "tools_delivery.json", tmp_path)
-    tasks = json.loads((DATA / "delivery_tasks_en.json").read_text())[:3]
+def small_copy(tmp_path: Path, vitabench_data: Path) -> Path:
+    shutil.copy(vitabench_data / "tools_delivery.json", tmp_path)
+    tasks = json.loads((vitabench_data / "delivery_tasks_en.json").read_text())[:3]
     (tmp_path / "delivery_tasks_en.json").write_text(json.dumps(tasks, indent=1))
     return tmp_path
 

@@ -20,8 +20,8 @@ from envace.evaluation.bfcl_memory import (
     score_memory,
 )
 from envace.evaluation.policies import TextEngine
-from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import HermesFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.rollout import Rollout, RolloutLimits
 from envace.rollout.reference import NOOP
 

@@ -12,7 +12,7 @@ from envace.evaluation import PolicyConfig, TaskFilter, UserSimConfig, evaluate
 from envace.evaluation.others import VitaBenchmark
 from envace.evaluation.policies import load_eval_policy
 from envace.evaluation.run import run_setting
-from envace.inference import RehearsalConfig
+from envace.inference import ImaginationConfig
 from envace.rewards.judge import LLMJudge
 from envace.rollout import RolloutLimits, SamplingConfig
 
@@ -61,7 +61,7 @@ def test_vitabench_noop_scores_zero_and_the_judge_is_read(shared_data: Path, tok
     filt = TaskFilter(path=str(shared_data / "vitabench"), categories=["delivery"], limit=2)
     bench = VitaBenchmark(filt, judge=FakeJudge(base_url="http://unused"))
     policy = load_eval_policy("noop")
-    items = run_setting(bench, policy, bench.tasks(), RehearsalConfig(), RolloutLimits(), SamplingConfig(), 0, 0, 4)
+    items = run_setting(bench, policy, bench.tasks(), ImaginationConfig(), RolloutLimits(), SamplingConfig(), 0, 0, 4)
     assert [it.score for it in items] == [0.0, 0.0] and all(it.turns == 1 and it.calls == [] for it in items)
     rows = {(s.category, s.metric): s.value for s in bench.summarize(items)}
     assert rows == {("delivery", "proxy"): 0.0, ("delivery", "proxy_success"): 0.0, ("delivery", "judge"): 0.5}
@@ -69,8 +69,9 @@ def test_vitabench_noop_scores_zero_and_the_judge_is_read(shared_data: Path, tok
 
 def test_vitabench_committed_calls_are_answered_by_the_policy(shared_data: Path) -> None:
     filt = TaskFilter(path=str(shared_data / "vitabench"), categories=["instore"], limit=1)
-    result = evaluate("vitabench", "tiny", tasks=filt, limits=RolloutLimits(max_new_tokens=4, max_steps_per_turn=1),
-                      rehearsal=RehearsalConfig("parallel", 1, rehearse_tokens=4), user=UserSimConfig(kind="scripted"),
+    limits = RolloutLimits(max_new_tokens=4, max_steps_per_turn=1, max_rehearse_tokens=4)
+    result = evaluate("vitabench", "tiny", tasks=filt, limits=limits,
+                      imagination=ImaginationConfig("parallel", 1), user=UserSimConfig(kind="scripted"),
                       model=PolicyConfig(tool_style="compact"), out=None, quiet=True)  # fmt: skip
     (item,) = result.items
-    assert item.tokens.rehearsal > 0 and item.rehearsal[0]["attempts"]
+    assert item.tokens.imagined > 0 and item.imagination[0]["attempts"]

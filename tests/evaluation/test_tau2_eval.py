@@ -9,9 +9,10 @@ from envace.data.sources import load_source
 from envace.evaluation import ModelUser, TaskFilter, UserSimConfig, evaluate
 from envace.evaluation.tau2 import Tau2Executor, pass_hat_k, solo_task, tau2_messages, tau2_score
 from envace.evaluation.users import simulator_messages
-from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import HermesFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.rollout import Rollout, RolloutLimits
+from envace.rollout.engine import Sample
 from envace.rollout.reference import ScriptedEngine
 
 FMT = HermesFormat(tool_style="compact")
@@ -70,33 +71,44 @@ def test_solo_task_gives_the_agent_both_tool_sets() -> None:
     assert [c.name for c in solo.gold[0]] == [a["name"] for a in task.extra["actions"]]
 
 
+class Says:
+    """A stand-in for the user's sampling engine: ``generate`` writes ``text`` for every prompt."""
+
+    def __init__(self, tokenizer, text: str):
+        self.ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+    def generate(self, prompts, max_new_tokens, rngs=None):
+        assert rngs is None or len(rngs) == len(prompts)  # one random stream per prompt, never an episode
+        return [Sample(self.ids, [0.0] * len(self.ids), stopped=True) for _ in prompts]
+
+
 def test_model_user_role_swaps_and_stops(tokenizer) -> None:
     task = load_source("tau2", split="test", domains=["airline"])[0]
     cfg = UserSimConfig(max_user_turns=3, max_new_tokens=16)
-    first = Writes(tokenizer, ["I want to change my flight."])
+    first = Says(tokenizer, "I want to change my flight.")
     user = ModelUser(first, tokenizer, cfg)
     ep = Rollout(Writes(tokenizer, ["Sure, your id?"]), FMT, PieceEncoder(tokenizer), Tau2Executor(False),
                  user=user).run([task])[0]  # fmt: skip
     assert [m.content for m in ep.messages if m.role == "user"] == ["I want to change my flight."] * 3
-    assert ep.scratch["user_stop"] == "max_user_turns"
+    assert ep.user_stop == "max_user_turns"
     chat = simulator_messages(ep)
     assert chat[0]["role"] == "system" and "<scenario>" in chat[0]["content"]
     assert [m["role"] for m in chat[1:4]] == ["user", "assistant", "user"]  # greeting, user (swapped), agent
-    stop = ModelUser(Writes(tokenizer, ["Thanks! ###STOP###"]), tokenizer, cfg)
+    stop = ModelUser(Says(tokenizer, "Thanks! ###STOP###"), tokenizer, cfg)
     ep = Rollout(Writes(tokenizer, ["Done."]), FMT, PieceEncoder(tokenizer), Tau2Executor(False), user=stop).run(
         [task]
     )[0]
-    assert ep.messages == [] and ep.scratch["user_stop"] == "###STOP###"
+    assert ep.messages == [] and ep.user_stop == "###STOP###"
 
 
 @pytest.mark.slow
 def test_a_model_policy_with_the_model_user_and_rehearsal() -> None:
     from envace.evaluation import PolicyConfig
-    from envace.inference import RehearsalConfig
+    from envace.inference import ImaginationConfig
 
     result = evaluate("tau2", "tiny", tasks=TaskFilter(categories=["airline"], limit=1), trials=2,
                       user=UserSimConfig(max_user_turns=2, max_new_tokens=8), model=PolicyConfig(tool_style="compact"),
-                      limits=RolloutLimits(max_new_tokens=4, max_steps_per_turn=1),
-                      rehearsal=RehearsalConfig("parallel", 1, rehearse_tokens=4), out=None, quiet=True)  # fmt: skip
-    assert [it.trial for it in result.items] == [0, 1] and all(it.tokens.rehearsal == 4 for it in result.items)
+                      limits=RolloutLimits(max_new_tokens=4, max_steps_per_turn=1, max_rehearse_tokens=4),
+                      imagination=ImaginationConfig("parallel", 1), out=None, quiet=True)  # fmt: skip
+    assert [it.trial for it in result.items] == [0, 1] and all(it.tokens.imagined == 4 for it in result.items)
     assert {r.metric for r in result.rows} == {"pass^1", "pass^2", "reward"}

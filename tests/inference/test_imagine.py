@@ -8,8 +8,8 @@ import torch
 
 from envace.data.sources import load_source
 from envace.inference import Attempt, ImaginationConfig, fork, imagining_rollout, render_memory, token_counts
-from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import HermesFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.rollout import RealEnvironment, Rollout, RolloutLimits, SamplingConfig, make_engine
 from envace.rollout.reference import ScriptedEngine
 from envace.types import CallRecord, Task, ToolCall

@@ -10,12 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envace.cli import lightning_cli
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # real fits of the smoke config, minutes each on two cores
 
 
 SMOKE = str(ROOT / "configs" / "smoke.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from envace.cli import lightning_cli
@@ -22,6 +23,7 @@ def test_notebooks_are_stored_without_outputs() -> None:
                 assert not cell.outputs and cell.execution_count is None, f"{path.name}: strip outputs"
 
 
+@pytest.mark.slow  # a smoke fit, then the notebook in a fresh kernel
 def test_fidelity_curves_notebook_plots_a_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the config's relative runs/ folder lands in tmp
     lightning_cli(["fit", "--config", str(ROOT / "configs" / "smoke.yaml")])

@@ -4,18 +4,15 @@ required orders score 1, the empty episode scores 0, and single changes to a ref
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
 
-from envace.data.sources.vitabench import load_vitabench, order_key
-from envace.rewards.vitabench import PAID, vitabench_proxy
+from envace.data.sources.vitabench import load_vitabench
+from envace.rewards.vitabench import PAID, order_key, vitabench_proxy
 from envace.types import CallRecord, Task, ToolCall, Trajectory
 
-# the shipped copy (MIT) beside the repository; ENVACE_VITABENCH points elsewhere
-DATA = Path(os.environ.get("ENVACE_VITABENCH", "/work/shared/data/vitabench"))
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason="VitaBench data folder not present")
+# the data folder is the `vitabench_data` fixture (tests/conftest.py): skipped where it is absent
 
 
 def _creates(order: dict, uid: str, oid: str) -> list[tuple[ToolCall, str]]:
@@ -83,8 +80,8 @@ def reference_episode(task: Task) -> Trajectory:
 
 
 @pytest.fixture(scope="module")
-def tasks() -> list[Task]:
-    return load_vitabench(path=str(DATA))
+def tasks(vitabench_data: Path) -> list[Task]:
+    return load_vitabench(path=str(vitabench_data))
 
 
 def test_reference_episodes_score_one_and_empty_scores_zero(tasks: list[Task]) -> None:

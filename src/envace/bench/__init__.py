@@ -73,18 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = args.model or sizes.model
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
-    result: dict[str, Any] = {
-        "command": "envace bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-        "quick": args.quick,
-        "model": model,
-        "sections": args.sections,
-        "machine": {
-            **machine_facts(),
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (the OpenMP runtime's default)"),
-        },
-    }
+    result = _header(args, model)
     bf16 = hardware.native_bf16()  # bf16 figures only where the CPU computes it (elsewhere ~100x slower)
     peaks = [measure_peak(sizes.peak_sizes, bf16=bf16)]
     _log("peak", peaks[0])
@@ -130,9 +119,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _header(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """What was measured, how, and on which machine: the JSON object's first fields."""
+    import torch
+
+    return {
+        "command": "envace bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "quick": args.quick,
+        "model": model,
+        "sections": args.sections,
+        "machine": {
+            **machine_facts(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (the OpenMP runtime's default)"),
+        },
+    }
+
+
 def _rollout_task(module: Any, tasks: list[Any]) -> Any:
     """The task with the shortest system turn among those with gold calls on every kept user turn."""
-    from envace.protocol.episode import PieceEncoder
+    from envace.protocol.tokens import PieceEncoder
 
     encode = PieceEncoder(module.tokenizer)
     usable = [t for t in tasks if t.gold and all(t.gold)]

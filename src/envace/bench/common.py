@@ -96,11 +96,10 @@ def param_count(model: Any) -> int:
 
 def bfcl_tasks(user_turns: int | None = None) -> list[Task]:
     """BFCL-v4 ``multi_turn_base`` tasks (all splits), cut to their first ``user_turns`` turns."""
-    from envace.data.datamodule import truncate_task
     from envace.data.sources import load_source
 
     tasks = load_source("bfcl-multi-turn", split="all", categories=["multi_turn_base"])
-    return [truncate_task(t, user_turns) for t in tasks]
+    return [t.first_turns(user_turns) for t in tasks]
 
 
 def make_module(model: str, group_size: int = 4, **kwargs: Any) -> Any:
@@ -115,11 +114,13 @@ def make_module(model: str, group_size: int = 4, **kwargs: Any) -> Any:
 
 
 def trained_policy(model: str, checkpoint: str) -> Any:
-    """The policy of a Lightning checkpoint of ``model``, LoRA adapters merged into the weights, so
-    that it is measured exactly as the packaged model is (fp32, full fine-tuning)."""
-    from envace.policy import PolicySpec, load_checkpoint
+    """The policy of a Lightning checkpoint of ``model`` (loaded as ``envace evaluate`` loads it:
+    :func:`envace.evaluation.policies.load_eval_policy`), LoRA adapters merged into the weights and
+    every weight trainable, so that it is measured exactly as the packaged model is (fp32, full
+    fine-tuning)."""
+    from envace.evaluation.policies import PolicyConfig, load_eval_policy
 
-    policy = load_checkpoint(PolicySpec(model), checkpoint)
+    policy = load_eval_policy(checkpoint, PolicyConfig(base=model)).model
     merged = policy.merge_and_unload() if hasattr(policy, "merge_and_unload") else policy
     return merged.requires_grad_(True)
 

@@ -18,7 +18,7 @@ import statistics
 from typing import Any
 
 from envace.data.grounding import ground
-from envace.protocol.episode import PieceEncoder, encode_trajectory
+from envace.protocol.tokens import PieceEncoder, encode_trajectory
 from envace.types import ROLE_IDS, Task
 
 

@@ -21,7 +21,7 @@ from envace.bench.peak import matmul_gflops
 from envace.data.batch import TokenBatch
 from envace.data.grounding import ground
 from envace.losses import LossInputs
-from envace.protocol.episode import PieceEncoder, encode_trajectory
+from envace.protocol.tokens import PieceEncoder, encode_trajectory
 from envace.types import Task
 
 

@@ -21,7 +21,7 @@ import torch
 from envace.bench.common import make_module, quiet, summary
 from envace.data.batch import StepBatch
 from envace.protocol import parse_act
-from envace.protocol.episode import EpisodeBuilder, PieceEncoder
+from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout import Replay, RolloutLimits
 from envace.types import Task
 

@@ -12,7 +12,7 @@ from envace.modules.outputs import RLStepOutput, ValStepOutput
 from envace.rewards.base import RewardOutput
 from envace.rewards.toolf1 import tool_f1
 from envace.rollout.episode import Episode, RolloutStats
-from envace.types import ROLE_IDS
+from envace.rollout.transcript import transcript
 
 
 def reward_metrics(episodes: list[Episode], rewards: list[RewardOutput], prefix: str = "") -> dict[str, float]:
@@ -95,23 +95,12 @@ def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
     }
 
 
-def transcript(episode: Episode, max_chars: int = 6000) -> str:
-    """An episode as markdown with each segment's role, the system block shortened."""
-    names = {v: k for k, v in ROLE_IDS.items()}
-    tok = episode.builder.encode.tokenizer
-    segments: list[tuple[str, list[int]]] = []
-    for i, r in zip(episode.builder.ids, episode.builder.roles, strict=True):
-        if segments and segments[-1][0] == names[r]:
-            segments[-1][1].append(i)
-        else:
-            segments.append((names[r], [i]))
-    lines = []
-    for k, (role, ids) in enumerate(segments):
-        text = tok.decode(ids, skip_special_tokens=False)
-        if k == 0 and len(text) > 400:
-            text = text[:200] + f" …[{len(ids)} tokens]… " + text[-120:]
-        lines.append(f"**[{role}]** `{text!r}`")
-    return "\n\n".join(lines)[:max_chars]
+def transcript_markdown(episode: Episode, max_chars: int = 6000) -> str:
+    """The episode's transcript (:func:`~envace.rollout.transcript.transcript`) as a markdown code
+    block, for TensorBoard's text tab (cut to ``max_chars``)."""
+    text = transcript(episode)
+    cut = text[:max_chars] + ("\n…" if len(text) > max_chars else "")
+    return "```\n" + cut.replace("```", "'''") + "\n```"
 
 
 class RolloutLogger(pl.Callback):
@@ -146,5 +135,5 @@ class RolloutLogger(pl.Callback):
         if not trainer.sanity_checking:
             experiment: Any = getattr(trainer.logger, "experiment", None)
             if hasattr(experiment, "add_text"):
-                experiment.add_text("samples/transcript", transcript(episodes[0]), trainer.global_step)
+                experiment.add_text("samples/transcript", transcript_markdown(episodes[0]), trainer.global_step)
         self._val.clear()

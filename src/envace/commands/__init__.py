@@ -1,10 +1,7 @@
 """Command-line entry points beyond ``fit``: each is a function with typed, documented parameters
-wrapped by ``jsonargparse.CLI`` in its module's ``main(argv)``.
+wrapped by ``jsonargparse.CLI`` in its module's ``main(argv)``; :data:`envace.cli.COMMANDS` names them.
 
-* ``envace rehearse`` — :func:`envace.commands.rehearse.rehearse`: one task, the policy acting and
-  rehearsing next to the real environment; transcript by role, side-by-side responses, fidelity, reward.
+* ``envace show`` (formerly ``envace rehearse``) — :func:`envace.commands.show.show`: one task, the
+  policy acting and rehearsing next to the real environment; transcript by role, side-by-side
+  responses, fidelity, reward.
 """
-
-COMMANDS: dict[str, str] = {"rehearse": "envace.commands.rehearse:main"}
-
-__all__ = ["COMMANDS"]

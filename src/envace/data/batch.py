@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from envace.protocol.episode import EpisodeTensors
+from envace.protocol.tokens import EpisodeTensors
 from envace.types import Task
 
 

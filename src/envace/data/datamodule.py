@@ -1,10 +1,11 @@
 """The Lightning DataModule: benchmark tasks for the rollout and grounded episodes for the warm start.
 
 ``setup()`` loads the tasks of each source (:func:`envace.data.sources.load_source`), cuts them to
-their first ``max_user_turns`` user turns, keeps those whose prompt fits ``max_prompt_tokens``, and,
-for the warm start, replays the gold of every train task that has a real environment
-(:func:`envace.data.grounding.ground`) or recorded responses (:func:`recorded_trajectory`) and
-tokenises the result once (:func:`envace.protocol.episode.encode_trajectory`).
+their first ``max_user_turns`` user turns (:meth:`envace.types.Task.first_turns`), keeps those whose
+prompt fits ``max_prompt_tokens``, and, for the warm start, replays the gold of every train task
+that has a real environment (:func:`envace.data.grounding.ground`) or recorded responses
+(:func:`recorded_trajectory`) and tokenises the result once
+(:func:`envace.protocol.tokens.encode_trajectory`).
 
 A training step receives a :class:`~envace.data.batch.StepBatch`: ``tasks_per_step`` tasks to roll
 out and, when warm-starting, ``sft_batch_size`` grounded episodes padded into a
@@ -21,7 +22,6 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -30,84 +30,14 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from envace.data.batch import StepBatch, collate_episodes
 from envace.data.grounding import DONE_TEXT, ground
-from envace.data.sources import load_source
-from envace.protocol.episode import NEW_TOOLS, EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
+from envace.data.sources import SourceSpec
 from envace.protocol.render import ChatFormat, ToolStyle, make_format
-from envace.types import CallRecord, Message, Task, ToolCall, Trajectory
+from envace.protocol.tokens import NEW_TOOLS, EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
+from envace.types import CallRecord, Message, Task, Trajectory
 
 log = logging.getLogger(__name__)
 
 StepKey = tuple[tuple[int, ...], tuple[int, ...]]  # (task indices, grounded-episode indices) of one step
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """One benchmark source to load.
-
-    Args:
-        name: a registered source (``bfcl-multi-turn``, ``tau2``, ``vitabench``, ...).
-        split: ``train``, ``test`` or ``all``.
-        path: the source's own data location; default: the packaged copy.
-        options: further keyword arguments of the source (``categories``, ``domains``, ...).
-    """
-
-    name: str
-    split: str = "train"
-    path: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, spec: SourceSpec | dict[str, Any]) -> SourceSpec:
-        """A spec from a flat dict (``{"name": ..., "split": ..., "categories": [...]}``) or a nested one
-        (``{"name": ..., "options": {...}}``)."""
-        if isinstance(spec, SourceSpec):
-            return spec
-        d = dict(spec)
-        if not isinstance(d.get("name"), str):
-            raise ValueError(f"a source needs a 'name' string: {spec!r}")
-        name, split, path = d.pop("name"), d.pop("split", "train"), d.pop("path", None)
-        options = {**dict(d.pop("options", None) or {}), **d}
-        return cls(name=name, split=split, path=path, options=options)
-
-    def load(self) -> list[Task]:
-        return load_source(self.name, split=self.split, path=self.path, **self.options)
-
-
-def _records_before(recorded: list[CallRecord], calls: list[ToolCall]) -> list[CallRecord]:
-    """The leading records that answer ``calls`` in order (records hold only answered calls)."""
-    i = 0
-    for call in calls:
-        if i < len(recorded) and recorded[i].call == call:
-            i += 1
-    return recorded[:i]
-
-
-def truncate_task(task: Task, max_user_turns: int | None) -> Task:
-    """``task`` cut to its first ``max_user_turns`` user turns; gold, added tools, recorded calls and
-    BFCL's ``extra["ground_truth"]`` are cut with them (the task itself is not changed).
-
-    >>> t = Task("t", "x", user_turns=["a", "b"], gold=[[ToolCall("f")], [ToolCall("g")]], tools_added={"1": []})
-    >>> c = truncate_task(t, 1)
-    >>> c.user_turns, [[x.name for x in turn] for turn in c.gold], c.tools_added, c.extra["truncated_from"]
-    (['a'], [['f']], {}, 2)
-    """
-    if max_user_turns is None or len(task.user_turns) <= max_user_turns:
-        return task
-    k = max_user_turns
-    gold = task.gold[:k] if task.gold else []
-    extra = dict(task.extra, truncated_from=len(task.user_turns))
-    truth = extra.get("ground_truth")
-    if isinstance(truth, list) and len(truth) == len(task.user_turns):
-        extra["ground_truth"] = truth[:k]
-    extra.pop("final_response", None)  # it answered the last turn, which is gone
-    return replace(
-        task,
-        user_turns=task.user_turns[:k],
-        gold=gold,
-        tools_added={t: v for t, v in task.tools_added.items() if int(t) < k},
-        recorded=_records_before(task.recorded, [c for turn in gold for c in turn]),
-        extra=extra,
-    )
 
 
 def recorded_trajectory(task: Task) -> Trajectory | None:
@@ -361,7 +291,7 @@ class EnvACEDataModule(pl.LightningDataModule):
     def _load(self, specs: list[SourceSpec], split: str, cap: int | None, max_tokens: int | None) -> list[Task]:
         tasks = [t for spec in specs for t in spec.load()]
         self.counts[f"{split}_loaded"] = len(tasks)
-        tasks = [truncate_task(t, self.max_user_turns) for t in tasks]
+        tasks = [t.first_turns(self.max_user_turns) for t in tasks]
         self.counts[f"{split}_truncated"] = sum("truncated_from" in t.extra for t in tasks)
         if max_tokens is not None:
             tasks = [t for t in tasks if self.prompt_tokens(t) <= max_tokens]

@@ -1,4 +1,4 @@
-"""Grounded trajectories: a task's gold calls replayed in its real environment (DESIGN.md §4).
+"""Grounded trajectories: a task's gold calls replayed in its real environment (docs/design.md §4).
 
 The conversation starts at the first user turn (no system message: the prompt builder adds the
 system prompt and the tool block). Each user turn becomes

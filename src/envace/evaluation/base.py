@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from envace.evaluation.policies import Policy
-from envace.inference import RECORDS, TokenCounts, token_counts
-from envace.protocol import render_calls
+from envace.inference import TokenCounts, token_counts
 from envace.rewards.base import RewardOutput
 from envace.rollout import Episode, RolloutLimits
 from envace.rollout.loop import UserHook, scripted_user
-from envace.rollout.reference import DONE
+from envace.rollout.reference import calls_once_per_turn, gold_calls
 from envace.rollout.responders import Responder
 from envace.types import Task
 
@@ -36,7 +35,7 @@ class TaskFilter:
             default: the benchmark's evaluation set (BFCL ``all``, tau2 ``test``).
         limit: at most this many tasks per category (the first ones, in the source's order).
         task_ids: only these task ids.
-        max_user_turns: cut multi-turn tasks to their first turns (gold cut alike).
+        max_user_turns: cut multi-turn tasks to their first turns (:meth:`~envace.types.Task.first_turns`).
         path: the data folder of sources that read one (VitaBench, chat logs; BFCL/tau2 optional).
     """
 
@@ -60,34 +59,12 @@ class TaskFilter:
                 if seen[t.category] <= self.limit:
                     kept.append(t)
             tasks = kept
-        return [cut_turns(t, self.max_user_turns) for t in tasks]
-
-
-def cut_turns(task: Task, k: int | None) -> Task:
-    """``task`` cut to its first ``k`` user turns (gold, BFCL ground truth and added tools alike).
-
-    >>> from envace.types import ToolCall
-    >>> t = cut_turns(Task("t", "bfcl", user_turns=["a", "b"], gold=[[ToolCall("f")], []]), 1)
-    >>> t.user_turns, len(t.gold)
-    (['a'], 1)
-    """
-    if k is None or len(task.user_turns) <= k:
-        return task
-    extra = dict(task.extra)
-    if isinstance(extra.get("ground_truth"), list):
-        extra["ground_truth"] = extra["ground_truth"][:k]
-    return dataclasses.replace(
-        task,
-        user_turns=task.user_turns[:k],
-        gold=task.gold[:k],
-        tools_added={t: v for t, v in task.tools_added.items() if int(t) < k},
-        extra=extra,
-    )
+        return [t.first_turns(self.max_user_turns) for t in tasks]
 
 
 @dataclass
 class ItemResult:
-    """One committed episode of one task under one rehearsal setting and trial."""
+    """One committed episode of one task under one imagination setting and trial."""
 
     benchmark: str
     category: str
@@ -102,7 +79,7 @@ class ItemResult:
     flags: list[str] = field(default_factory=list)
     turns: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
-    rehearsal: list[dict[str, Any]] = field(default_factory=list)
+    imagination: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -111,8 +88,7 @@ class ItemResult:
 def item_result(
     bench: str, episode: Episode, out: RewardOutput, category: str, mode: str, n: int, trial: int
 ) -> ItemResult:
-    """The record of one scored committed episode (its calls and the rehearsal that preceded each turn)."""
-    records = episode.scratch.get(RECORDS, [])
+    """The record of one scored committed episode (its calls and the imagination that preceded each turn)."""
     return ItemResult(
         benchmark=bench,
         category=category,
@@ -127,9 +103,9 @@ def item_result(
         flags=sorted(episode.flags),
         turns=episode.turn + 1,
         calls=[c.to_dict() for c in episode.calls],
-        rehearsal=[
+        imagination=[
             {"turn": r.turn, "memory_tokens": r.memory_tokens, "attempts": [a.to_dict() for a in r.attempts]}
-            for r in records
+            for r in episode.imagined
         ],  # fmt: skip
     )
 
@@ -157,15 +133,6 @@ def by_category(items: list[ItemResult]) -> dict[str, list[ItemResult]]:
     return out
 
 
-def gold_text(episode: Episode) -> str:
-    """The default oracle: the turn's gold calls in one step, then a closing text."""
-    if episode.scratch.get("oracle_turn") == episode.turn:
-        return DONE
-    episode.scratch["oracle_turn"] = episode.turn
-    gold = episode.task.gold[episode.turn] if episode.turn < len(episode.task.gold) else []
-    return render_calls("", list(gold)) if gold else DONE
-
-
 class Benchmark(ABC):
     """A benchmark as the evaluation loop sees it.
 
@@ -174,7 +141,7 @@ class Benchmark(ABC):
     """
 
     name: ClassVar[str]
-    #: the table's headline metric (plotted against the number of rehearsals)
+    #: the table's headline metric (plotted against the number of imagined attempts)
     headline: ClassVar[str] = "success"
 
     def __init__(self, filter: TaskFilter):
@@ -213,8 +180,9 @@ class Benchmark(ABC):
         return scripted_user
 
     def oracle(self, episode: Episode) -> str:
-        """What the ``oracle`` policy writes at this act step."""
-        return gold_text(episode)
+        """What the ``oracle`` policy writes at this act step (default: the turn's gold calls in one
+        step, then a closing text)."""
+        return calls_once_per_turn(episode, gold_calls(episode))
 
     @abstractmethod
     def score(self, episode: Episode) -> RewardOutput:
@@ -222,7 +190,7 @@ class Benchmark(ABC):
 
     @abstractmethod
     def summarize(self, items: list[ItemResult]) -> list[Summary]:
-        """Table rows of one rehearsal setting: per category, then aggregates."""
+        """Table rows of one imagination setting: per category, then aggregates."""
 
     def notes(self) -> list[str]:
         """Caveats printed under the table (partial aggregates, proxies)."""

@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
@@ -28,16 +28,15 @@ from typing import Any
 from envace._bfcl import bfcl_data_dir, bfcl_module, run_multi_turn_checker
 from envace.data.sources import load_source
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, SINGLE_TURN_CATEGORIES, call_string
-from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, gold_text, mean
+from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, mean
 from envace.evaluation.bfcl_memory import MEMORY_CATEGORIES, load_questions, memory_phase, oracle_text, score_memory
 from envace.evaluation.bfcl_reference import reference_calls
 from envace.evaluation.policies import Policy
-from envace.protocol import render_calls
 from envace.rewards import compute_reward
 from envace.rewards.base import RewardOutput
 from envace.rewards.bfcl import _checker_docs
 from envace.rollout import Episode, RealEnvironment, RolloutLimits
-from envace.rollout.reference import DONE
+from envace.rollout.reference import calls_once_per_turn
 from envace.rollout.responders import Responder, ToolTurn
 from envace.types import Message, Task, ToolCall
 
@@ -85,27 +84,44 @@ def steps_per_turn(messages: list[Message]) -> list[list[list[ToolCall]]]:
     return turns
 
 
-def official_multi_turn(task: Task, episode: Episode) -> RewardOutput:
-    """bfcl-eval's ``multi_turn_checker`` verdict on the committed episode (see the module docstring)."""
-    per_turn = steps_per_turn(episode.messages)
-    gold = task.extra["ground_truth"]
-    base = {"n_calls": len(episode.calls), "turns_reached": len(per_turn)}
-    if len(per_turn) < len(gold) or "max_steps" in episode.flags:
-        why = f"force-terminated: {len(per_turn)} of {len(gold)} turns, flags {sorted(episode.flags)}"
-        return RewardOutput(0.0, False, {**base, "error_type": "multi_turn:force_terminated", "error": why})
+def decoded_steps(messages: list[Message]) -> list[list[list[str]]]:
+    """The committed calls as ``multi_turn_checker`` reads them: per user turn, per act step with
+    calls, the call strings rebuilt from the validated calls (steps without calls left out, as
+    bfcl-eval's runner drops empty decodes).
+
+    >>> decoded_steps([Message("user", "a"), Message("assistant", tool_calls=[ToolCall("cd", {"folder": "x"})]),
+    ...                Message("assistant", "ok"), Message("user", "b")])
+    [[["cd(folder='x')"]], []]
+    """
+    return [[[call_string(c) for c in step] for step in turn] for turn in steps_per_turn(messages)]
+
+
+def official_verdict(task: Task, messages: list[Message], flags: Collection[str] = frozenset()) -> dict[str, Any]:
+    """bfcl-eval's verdict on the committed calls of ``messages``: ``{"valid", "error_type", "error_message"}``.
+
+    As bfcl-eval's runner, an episode that did not reach every turn, or hit the step limit, is
+    force-terminated and fails; else ``multi_turn_checker`` runs on :func:`decoded_steps` under a
+    fresh model name, and its module-global API instances are deleted afterwards.
+    """
+    reached, gold = len(steps_per_turn(messages)), task.extra["ground_truth"]
+    if reached < len(gold) or "max_steps" in flags:
+        why = f"force-terminated: {reached} of {len(gold)} turns, flags {sorted(flags)}"
+        return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": why}
     try:
-        decoded = [[[call_string(c) for c in step] for step in turn] for turn in per_turn[: len(gold)]]
+        decoded = decoded_steps(messages)
     except ValueError as exc:  # not reachable for validated calls: names and keys are schema identifiers
-        return RewardOutput(0.0, False, {**base, "error_type": "envace:unrenderable_call", "error": str(exc)})
-    verdict = run_checker(task, decoded, gold)
-    ok = bool(verdict.get("valid"))
-    details = {**base, "error_type": verdict.get("error_type"), "error": verdict.get("error_message")}
-    return RewardOutput(float(ok), ok, details)
+        return {"valid": False, "error_type": "envace:unrenderable_call", "error_message": str(exc)}
+    result = run_multi_turn_checker(task, decoded[: len(gold)], gold)
+    return {"valid": bool(result.get("valid")), "error_type": result.get("error_type"),
+            "error_message": result.get("error_message")}  # fmt: skip
 
 
-def run_checker(task: Task, decoded: list[list[list[str]]], gold: list[list[str]]) -> dict[str, Any]:
-    """Run ``multi_turn_checker`` under a fresh model name and delete its cached instances afterwards."""
-    return run_multi_turn_checker(task, decoded, gold)
+def official_multi_turn(task: Task, episode: Episode) -> RewardOutput:
+    """bfcl-eval's ``multi_turn_checker`` verdict on the committed episode (:func:`official_verdict`)."""
+    verdict = official_verdict(task, episode.messages, episode.flags)
+    details = {"n_calls": len(episode.calls), "turns_reached": len(steps_per_turn(episode.messages)),
+               "error_type": verdict["error_type"], "error": verdict["error_message"]}  # fmt: skip
+    return RewardOutput(float(verdict["valid"]), verdict["valid"], details)
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -219,15 +235,11 @@ class BFCLBenchmark(Benchmark):
     def oracle(self, episode: Episode) -> str:
         if episode.task.category.startswith("memory_"):  # questions and their prerequisites
             return oracle_text(episode)
-        if episode.task.category in SINGLE_TURN_CATEGORIES:
-            if episode.scratch.get("oracle_turn") == episode.turn:
-                return DONE
-            episode.scratch["oracle_turn"] = episode.turn
-            task = episode.task
+        task = episode.task
+        if task.category in SINGLE_TURN_CATEGORIES:  # calls written as the checker expects them
             docs = _checker_docs(task, str(task.extra.get("language", "python")))
-            calls = reference_calls(task, docs)
-            return render_calls("", calls) if calls else DONE
-        return gold_text(episode)
+            return calls_once_per_turn(episode, reference_calls(task, docs))
+        return super().oracle(episode)
 
     def score(self, episode: Episode) -> RewardOutput:
         if episode.task.category in MULTI_TURN_CATEGORIES:

@@ -40,7 +40,7 @@ from envace.envs.bfcl import load_instance
 from envace.protocol import render_calls
 from envace.rewards.base import RewardOutput
 from envace.rollout import Episode
-from envace.rollout.reference import DONE
+from envace.rollout.reference import calls_once_per_turn, gold_calls
 from envace.types import Task, ToolCall, ToolSchema
 
 MEMORY_CATEGORIES = ("memory_kv", "memory_rec_sum")
@@ -229,10 +229,7 @@ def oracle_text(episode: Episode) -> str:
     then answers with what it read in bfcl-eval's answer format."""
     task = episode.task
     if "prereq" in task.id:
-        if episode.steps_in_turn > 0:
-            return DONE
-        gold = task.gold[episode.turn] if episode.turn < len(task.gold) else []
-        return render_calls("", gold) if gold else DONE
+        return calls_once_per_turn(episode, gold_calls(episode))
     key = task.extra["memory_key"]
     if episode.steps_in_turn == 0:
         return render_calls("", [read_call(task.category, key)])

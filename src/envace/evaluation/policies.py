@@ -1,14 +1,18 @@
-"""The policy under evaluation: a checkpoint, the packaged model, or a reference policy.
+"""The policy for inference: a checkpoint, the packaged model, or a reference policy.
 
-``--policy`` takes
+The one loader (:func:`load_eval_policy`) and the one registry of reference policies
+(:data:`REFERENCE_POLICIES`) behind ``envace evaluate --policy``, ``envace show --policy/--checkpoint``
+and ``envace bench --checkpoint``. A name is
 
 * ``oracle`` — writes the benchmark's gold (its own reference calls per benchmark; no model);
 * ``noop`` — never calls a tool (no model);
 * ``smollm2-135m`` (packaged), ``tiny`` (random, tests), a hub id or a ``save_pretrained`` folder;
 * a Lightning ``.ckpt`` of the training module: its ``state_dict`` entries ``policy.*`` are loaded
   into the model it was trained from (``hyper_parameters["policy"].name_or_path`` when saved, else
-  ``--model.base``), with LoRA adapters rebuilt from ``hyper_parameters["policy"].lora`` when the
-  checkpoint holds adapter weights only. It is read with ``torch.load(weights_only=True)``.
+  :attr:`PolicyConfig.base`), with LoRA adapters rebuilt from ``hyper_parameters["policy"].lora`` when
+  the checkpoint holds adapter weights only. It is read with ``torch.load(weights_only=True)``.
+  That is the contract with the training LightningModule, which holds the Hugging Face model as
+  attribute ``policy``.
 
 Reference policies write the benchmark's own data, so their calls run as the official harnesses run
 gold: without the argument-schema check (dispatch stays whitelisted).
@@ -23,11 +27,12 @@ from typing import Any
 
 from envace.policy import PolicySpec, checkpoint_spec, load_checkpoint, load_model, load_tokenizer, read_checkpoint
 from envace.protocol.render import ChatFormat, make_format
-from envace.rollout import Engine, SamplingConfig, make_engine, stop_ids
-from envace.rollout.loop import Episode
-from envace.rollout.reference import NoopEngine, ScriptedEngine
+from envace.rollout import Engine, Episode, SamplingConfig, make_engine, stop_ids
+from envace.rollout.reference import NoopEngine, OracleEngine, ScriptedEngine
 
-REFERENCE_POLICIES = ("oracle", "noop")
+#: the reference policies (no model) and the engine each writes with; the oracle writes the
+#: benchmark's own oracle text where a benchmark gives one (:meth:`Policy.engine`), else the gold
+REFERENCE_POLICIES: dict[str, type[ScriptedEngine]] = {"oracle": OracleEngine, "noop": NoopEngine}
 
 
 @dataclass
@@ -37,7 +42,7 @@ class PolicyConfig:
     Args:
         dtype: weight dtype of a model policy (``float32`` or ``bfloat16``).
         base: the model a ``.ckpt`` checkpoint's weights are loaded into, when the checkpoint does not
-            name it (``hyper_parameters["policy"]``).
+            name it (``hyper_parameters["policy"]``), and the tokenizer of a folder saved without one.
         chat_format: ``auto`` (the tokenizer's template when it renders tools, else Hermes),
             ``template`` or ``hermes``; use what the checkpoint was trained with.
         tool_style: how the Hermes format lists tools: ``json`` (full schemas) or ``compact``.
@@ -75,19 +80,18 @@ class Policy:
         return self.name in REFERENCE_POLICIES
 
     def engine(self, sampling: SamplingConfig, oracle: Callable[[Episode], str] | None = None) -> Engine:
-        """A fresh generation engine: sampling over the model, or the scripted reference policy."""
+        """A fresh generation engine: sampling over the model, or the scripted reference policy
+        (``oracle``: what the oracle writes at each act step; default: each turn's gold calls)."""
+        if not self.reference:
+            return make_engine(self.model, self.tokenizer, self.fmt, sampling)
         stops = stop_ids(self.tokenizer, self.fmt)
-        if self.name == "noop":
-            return NoopEngine(self.tokenizer, stops)
-        if self.name == "oracle":
-            if oracle is None:
-                raise ValueError("this benchmark defines no oracle")
+        if self.name == "oracle" and oracle is not None:
             return TextEngine(self.tokenizer, stops, text=oracle)
-        return make_engine(self.model, self.tokenizer, self.fmt, sampling)
+        return REFERENCE_POLICIES[self.name](self.tokenizer, stops)
 
 
 def load_eval_policy(name: str, config: PolicyConfig | None = None) -> Policy:
-    """Load ``name`` (see the module docstring) for evaluation; models are put in eval mode."""
+    """Load ``name`` (see the module docstring) for inference; models are put in eval mode."""
     config = config or PolicyConfig()
     tok_source = "tiny" if name in REFERENCE_POLICIES else name
     model: Any = None

@@ -1,12 +1,12 @@
 """Outputs of an evaluation run: the table (CSV and markdown), per-item JSONL, a plot, a summary.
 
-One table row per benchmark × category × rehearsal setting × metric::
+One table row per benchmark × category × imagination setting × metric::
 
-    benchmark, category, mode, n, metric, value, n_items, rehearsal_tokens, committed_tokens, memory_tokens
+    benchmark, category, mode, n, metric, value, n_items, imagined_tokens, committed_tokens, memory_tokens
 
 ``value`` is a fraction in [0, 1]; ``n_items`` counts distinct tasks; token columns are totals over
 the row's committed episodes (all trials): tokens the policy generated in imagined attempts, in the
-committed episodes, and the rehearsal memory notes added to the committed context. Wall times are
+committed episodes, and the imagination memory notes added to the committed context. Wall times are
 kept out of the table (so that two runs with one seed give identical tables) and go to
 ``summary.json``.
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 from envace.evaluation.base import ItemResult, Summary
 
-COLUMNS = ("benchmark", "category", "mode", "n", "metric", "value", "n_items", "rehearsal_tokens",
+COLUMNS = ("benchmark", "category", "mode", "n", "metric", "value", "n_items", "imagined_tokens",
            "committed_tokens", "memory_tokens")  # fmt: skip
-PLOT_FILE = "success_vs_rehearsals.png"
+PLOT_FILE = "success_vs_imagined_attempts.png"
 
 
 @dataclass
@@ -38,13 +38,13 @@ class Row:
     metric: str
     value: float
     n_items: int
-    rehearsal_tokens: int
+    imagined_tokens: int
     committed_tokens: int
     memory_tokens: int
 
 
 def make_rows(benchmark: str, mode: str, n: int, summaries: list[Summary]) -> list[Row]:
-    """Table rows of one rehearsal setting from its summaries."""
+    """Table rows of one imagination setting from its summaries."""
     rows = []
     for s in summaries:
         rows.append(
@@ -56,7 +56,7 @@ def make_rows(benchmark: str, mode: str, n: int, summaries: list[Summary]) -> li
                 metric=s.metric,
                 value=round(float(s.value), 6),
                 n_items=len({it.task_id for it in s.items}),
-                rehearsal_tokens=sum(it.tokens.rehearsal for it in s.items),
+                imagined_tokens=sum(it.tokens.imagined for it in s.items),
                 committed_tokens=sum(it.tokens.committed for it in s.items),
                 memory_tokens=sum(it.tokens.memory for it in s.items),
             )
@@ -84,13 +84,13 @@ def to_csv(rows: list[Row]) -> str:
 
 def to_markdown(rows: list[Row], notes: list[str] | None = None) -> str:
     """The table as markdown (values in percent), with the notes as a list under it."""
-    names = ["benchmark", "category", "mode", "n", "metric", "value (%)", "items", "rehearsal tokens",
+    names = ["benchmark", "category", "mode", "n", "metric", "value (%)", "items", "imagined tokens",
              "committed tokens", "memory tokens"]  # fmt: skip
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     for r in rows:
         lines.append(
             f"| {r.benchmark} | {r.category} | {r.mode} | {r.n} | {r.metric} | {100 * r.value:.1f} | {r.n_items} "
-            f"| {r.rehearsal_tokens} | {r.committed_tokens} | {r.memory_tokens} |"
+            f"| {r.imagined_tokens} | {r.committed_tokens} | {r.memory_tokens} |"
         )
     if notes:
         lines += [""] + [f"- {n}" for n in notes]

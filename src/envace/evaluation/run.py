@@ -177,34 +177,35 @@ def evaluate(
         raise ValueError(f"no {benchmark} tasks match {tasks}")
     ready = time.perf_counter() - began
     log(f"[evaluate] {benchmark}: {len(task_list)} tasks, policy {policy}, ready in {ready:.0f} s")
-    rows: list[Row] = []
-    items: list[ItemResult] = []
-    seconds: dict[str, float] = {}
+    result = EvalResult([], [], [])
     for setting in imagination.settings():
         t0 = time.perf_counter()
         got = []
         for trial in range(trials):
             got += run_setting(bench, pol, task_list, setting, limits, sampling, seed, trial, batch_tasks)
         key = f"{setting.mode}-{setting.n}"
-        seconds[key] = round(time.perf_counter() - t0, 2)
-        items += got
-        rows += make_rows(bench.name, setting.mode, setting.n, bench.summarize(got))
-        wins = ", ".join(f"{c} {sum(i.success for i in g)}/{len(g)}" for c, g in by_category(got).items())
-        log(f"[evaluate] {key}: {len(got)} episodes in {seconds[key]:.1f} s; successes {wins}")
-    rows = sort_rows(rows)
-    notes = bench.notes()
-    result = EvalResult(rows, items, notes, seconds=seconds)
+        result.seconds[key] = round(time.perf_counter() - t0, 2)
+        result.items += got
+        result.rows += make_rows(bench.name, setting.mode, setting.n, bench.summarize(got))
+        log(f"[evaluate] {key}: {len(got)} episodes in {result.seconds[key]:.1f} s; successes {_wins(got)}")
+    result.rows, result.notes = sort_rows(result.rows), bench.notes()
     if not quiet:
-        print(to_markdown(rows, notes))
+        print(to_markdown(result.rows, result.notes))
     if out is not None:
         meta = {
             "benchmark": benchmark, "policy": policy, "seed": seed, "trials": trials, "tasks": len(task_list),
-            "settings": [dataclasses.asdict(s) for s in imagination.settings()], "seconds": seconds,
+            "settings": [dataclasses.asdict(s) for s in imagination.settings()], "seconds": result.seconds,
             "total_seconds": round(time.perf_counter() - began, 2), "limits": dataclasses.asdict(limits),
         }  # fmt: skip
-        result.files = write_outputs(Path(out), rows, items, notes, meta, _headline(bench, rows))
+        result.files = write_outputs(Path(out), result.rows, result.items, result.notes, meta,
+                                     _headline(bench, result.rows))  # fmt: skip
         log(f"[evaluate] wrote {', '.join(result.files.values())}")
     return result
+
+
+def _wins(items: list[ItemResult]) -> str:
+    """Successes per category, for the progress line."""
+    return ", ".join(f"{c} {sum(i.success for i in g)}/{len(g)}" for c, g in by_category(items).items())
 
 
 def parser() -> Any:

@@ -32,7 +32,7 @@ from envace.envs.base import ENVIRONMENT_BROKEN, TIMEOUT
 from envace.envs.tau2 import Tau2Environment, tool_schemas
 from envace.evaluation.base import Benchmark, ItemResult, Summary, TaskFilter, by_category, mean
 from envace.evaluation.policies import Policy
-from envace.evaluation.users import USER_STOP, ModelUser, UserSimConfig
+from envace.evaluation.users import ModelUser, UserSimConfig
 from envace.protocol import render_calls
 from envace.protocol.parse import CallError
 from envace.rewards.base import RewardOutput
@@ -166,7 +166,7 @@ def solo_reward(task: Task, messages: list[Any]) -> Any:
 def tau2_score(episode: Episode) -> RewardOutput:
     """tau2's official reward of the committed episode; 0 when the conversation ended on a limit."""
     early = sorted(EARLY_STOP_FLAGS & episode.flags)
-    if episode.scratch.get(USER_STOP) == "max_user_turns":
+    if episode.user_stop == "max_user_turns":
         early.append("max_user_turns")
     if early:
         return RewardOutput(0.0, False, {"termination": "max_steps", "limits": early})
@@ -175,7 +175,7 @@ def tau2_score(episode: Episode) -> RewardOutput:
     info = solo_reward(task, messages) if task.extra.get("solo") else official_reward(task, messages)
     reward = float(info.reward)
     breakdown = {str(getattr(k, "value", k)): v for k, v in (info.reward_breakdown or {}).items()}
-    details = {"reward": reward, "breakdown": breakdown, "user_stop": episode.scratch.get(USER_STOP)}
+    details = {"reward": reward, "breakdown": breakdown, "user_stop": episode.user_stop}
     return RewardOutput(reward, abs(reward - 1.0) < 1e-9, details)
 
 
@@ -189,11 +189,10 @@ def pass_hat_k(successes: list[int], trials: int, k: int) -> float:
 
 
 def oracle_text(episode: Episode) -> str:
-    """The tau2 oracle: the gold calls at the first step, then a reply stating the information to give."""
-    first = episode.scratch.get("oracle_turn") is None
-    episode.scratch["oracle_turn"] = episode.turn
+    """The tau2 oracle: the gold calls (all of them, one turn: tau2's actions) at the episode's very
+    first act step, then, at every later one, a reply stating the information to give."""
     gold = episode.task.gold[0] if episode.task.gold else []
-    if first and gold:
+    if gold and episode.turn == 0 and episode.steps_in_turn == 0:
         return render_calls("", list(gold))
     info = episode.task.extra.get("communicate_info") or []
     return "Here is what I found: " + "; ".join(info) if info else "Thank you for contacting us."

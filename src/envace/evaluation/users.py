@@ -12,7 +12,7 @@ local model as the policy (or another one) reads
   out, as tau2's simulator never sees the agent's tools.
 
 Its reply is the next user turn; tau2's control tokens ``###STOP###``, ``###TRANSFER###`` and
-``###OUT-OF-SCOPE###`` end the conversation (recorded in ``episode.scratch["user_stop"]``), and so
+``###OUT-OF-SCOPE###`` end the conversation (recorded in ``episode.user_stop``), and so
 does the user-turn limit (``"max_user_turns"``; tau2 counts such a conversation as terminated early).
 The simulator does not act on telecom's user-side tools (the phone); telecom's solo mode avoids them.
 """
@@ -25,11 +25,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from envace.rollout import Engine, Episode
+from envace.rollout import Episode, GenerationEngine
 
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")  # tau2.user.base
 GREETING = "Hi! How can I help you today?"  # tau2's orchestrator opens with it (DEFAULT_FIRST_AGENT_MESSAGE)
-USER_STOP = "user_stop"
 
 
 @dataclass
@@ -90,26 +89,27 @@ class ModelUser:
     """The user-simulator hook over a generation engine.
 
     Args:
-        engine: the user's generation engine (its own prefix cache).
+        engine: the user's sampling engine (its own prefix cache); each reply draws from the episode's
+            own random stream (``episode.rng``), so a conversation does not depend on its batch-mates.
         tokenizer: the user's tokenizer (its chat template renders the prompt).
         config: limits and sampling of the user.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, config: UserSimConfig):
+    def __init__(self, engine: GenerationEngine, tokenizer: Any, config: UserSimConfig):
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
 
     def __call__(self, episode: Episode) -> str | None:
         if episode.turn + 1 >= self.config.max_user_turns:
-            episode.scratch[USER_STOP] = "max_user_turns"
+            episode.user_stop = "max_user_turns"
             return None
         text = self.tokenizer.apply_chat_template(
             simulator_messages(episode), tokenize=False, add_generation_prompt=True
         )
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        sample = self.engine.generate([ids], self.config.max_new_tokens, [episode])[0]
+        sample = self.engine.generate([ids], self.config.max_new_tokens, [episode.rng])[0]
         reply = self.tokenizer.decode(sample.ids, skip_special_tokens=True).strip()
         stop = next((t for t in STOP_TOKENS if t in reply), None)
         if stop is not None or not reply:
-            episode.scratch[USER_STOP] = stop or "empty"
+            episode.user_stop = stop or "empty"
             return None
         return str(reply)

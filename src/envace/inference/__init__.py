@@ -1,5 +1,5 @@
 """Test-time imagination (the paper's private rehearsal): imagine N attempts of each user turn,
-condense them into a memory, commit one execution (DESIGN.md §1, §5)."""
+condense them into a memory, commit one execution (docs/design.md §1, §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Test-time imagination (the paper's *private rehearsal*, DESIGN.md §1): imagine N attempts of a
+"""Test-time imagination (the paper's *private rehearsal*, docs/design.md §1): imagine N attempts of a
 user turn, condense them into a memory, then commit one execution against the real environment.
 
 For every user turn of every committed episode, before the policy acts (the rollout's
@@ -30,8 +30,8 @@ from typing import Any, Literal
 import torch
 
 from envace.inference.memory import Attempt, render_memory
-from envace.protocol.episode import EpisodeBuilder, PieceEncoder
 from envace.protocol.render import ChatFormat
+from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine
 from envace.rollout.episode import Episode
 from envace.rollout.loop import Course, Join, Rollout, RolloutLimits

@@ -1,10 +1,10 @@
-"""The rehearsal memory: imagined attempts of a user turn, condensed into a note the policy reads.
+"""The imagination memory: imagined attempts of a user turn, condensed into a note the policy reads.
 
 An attempt is what the policy did in one imagined run of the turn: the calls it made, the results
 it rehearsed for them (its own world model's predictions, never executed), the outcome it expected
 (its final text), and the errors it hit (malformed calls, malformed rehearsals, limits). The note
 lists the attempts in order; it is appended to the committed context as a system turn, after the
-user turn and before the assistant header (see :mod:`envace.inference.rehearsal`).
+user turn and before the assistant header (see :mod:`envace.inference.imagine`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def render_attempt(index: int, attempt: Attempt, max_chars: int = 200) -> str:
 
 
 def render_memory(attempts: list[Attempt], max_chars: int = 200) -> str:
-    """The whole rehearsal note: a header, each attempt, a closing instruction.
+    """The whole imagination note: a header, each attempt, a closing instruction.
 
     >>> print(render_memory([Attempt(outcome="Done.")]).splitlines()[1:3])
     ['Attempt 1:', '  (no tool calls)']

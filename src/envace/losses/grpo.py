@@ -3,7 +3,7 @@
 Pure tensor functions (tensors in, ``(loss, stats)`` out); :class:`RoleGRPOLoss` wraps them as a
 small ``nn.Module`` so that a config picks it by ``class_path``.
 
-Notation (DESIGN.md §1, §3.6). A group g holds the G episodes sampled for one task. Episode i has
+Notation (docs/design.md §1, §3.6). A group g holds the G episodes sampled for one task. Episode i has
 one trajectory reward R_i, given to both roles. Role r ∈ {act, rehearse}; S_{g,r} is the set of the
 group's valid episodes that contain at least one sampled token of role r. The role-wise advantage is
 

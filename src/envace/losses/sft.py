@@ -1,4 +1,4 @@
-"""Warm-start loss (DESIGN.md §3.9): role-weighted negative log-likelihood of grounded episodes,
+"""Warm-start loss (docs/design.md §3.9): role-weighted negative log-likelihood of grounded episodes,
 and the memory-aware log-prob gather shared with the RL loss.
 
 The warm start trains both roles on gold act turns and real tool responses:

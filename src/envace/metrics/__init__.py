@@ -1,4 +1,4 @@
-"""Metrics logged by training and evaluation: rehearsal fidelity (``fidelity/*``, DESIGN.md §5)."""
+"""Metrics logged by training and evaluation: rehearsal fidelity (``fidelity/*``, docs/design.md §5)."""
 
 from envace.metrics.fidelity import (
     NAMES,

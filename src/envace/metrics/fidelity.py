@@ -1,4 +1,4 @@
-"""Rehearsal fidelity: how close a rehearsed tool response is to the real one (DESIGN.md §5).
+"""Rehearsal fidelity: how close a rehearsed tool response is to the real one (docs/design.md §5).
 
 During validation the rollout runs a real environment in lockstep with the policy's rehearsals and
 keeps one :class:`~envace.rollout.loop.FidelityPair` (call, rehearsed, real, benchmark) per call. The

@@ -27,8 +27,8 @@ from envace.modules.logprobs import (
 from envace.modules.outputs import ValStepOutput
 from envace.modules.state import kept_rng, rng_state, set_rng_state, unsharded
 from envace.policy import PolicySpec, load_model, load_tokenizer
-from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat, make_format
+from envace.protocol.tokens import PieceEncoder
 from envace.rewards import JudgeSettings, RewardOutput, compute_reward
 from envace.rollout import (
     Episode,
@@ -153,7 +153,7 @@ class PolicyModule(pl.LightningModule):
             self._shard(self.device_mesh)
 
     def _shard(self, mesh: Any) -> None:
-        """FSDP2: ``fully_shard`` each decoder layer, then the whole model (DESIGN.md §3.8)."""
+        """FSDP2: ``fully_shard`` each decoder layer, then the whole model (docs/design.md §3.8)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
@@ -276,7 +276,7 @@ class PolicyModule(pl.LightningModule):
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record the policy spec (plain data: the file opens with ``torch.load(weights_only=True)``
-        in ``envace rehearse``/``evaluate``); with LoRA, keep only the trainable weights: the frozen
+        in ``envace show``/``evaluate``); with LoRA, keep only the trainable weights: the frozen
         base is rebuilt from the spec."""
         checkpoint["envace"] = {
             "policy": dataclasses.asdict(self.policy_spec),

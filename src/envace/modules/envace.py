@@ -28,7 +28,7 @@ class EnvACEModule(PolicyModule):
         responder: who answers tool calls in training rollouts.
         group_size: episodes per task (G); advantages are relative within the group.
         loss: the RL loss.
-        warm_start_steps: grounded supervised steps before RL, in the same ``fit`` (DESIGN.md §3.9).
+        warm_start_steps: grounded supervised steps before RL, in the same ``fit`` (docs/design.md §3.9).
         rl_lr_scale: learning-rate multiplier once RL starts (warm start runs at ``optim.lr``).
         **kwargs: see :class:`~envace.modules.base.PolicyModule`.
     """

@@ -11,7 +11,7 @@ from envace.modules.base import PolicyModule
 
 
 class SFTModule(PolicyModule):
-    """Supervised warm start (DESIGN.md §3.9) on grounded episodes; validation runs imagined
+    """Supervised warm start (docs/design.md §3.9) on grounded episodes; validation runs imagined
     episodes with lockstep real environments, so fidelity and success are measured as for RL.
 
     Args:

@@ -1,6 +1,6 @@
 """Parsers for what a model writes: tool calls in an act turn, and rehearsed tool responses.
 
-Model output is data (DESIGN.md §3.4): every failure becomes a structured error observation
+Model output is data (docs/design.md §3.4): every failure becomes a structured error observation
 ``{"error": {"code": ..., "message": ...}}`` with one of the stable codes below, never an exception.
 """
 

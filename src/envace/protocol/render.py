@@ -1,4 +1,4 @@
-"""Chat formats: the text pieces an episode is assembled from (DESIGN.md §3.1, §3.3).
+"""Chat formats: the text pieces an episode is assembled from (docs/design.md §3.1, §3.3).
 
 An episode is never rendered whole and re-tokenised. Instead a :class:`ChatFormat` hands out the
 template pieces around each message — system turn with the tool block, user turn, the header before
@@ -85,7 +85,7 @@ def _returns(fn: dict[str, Any]) -> str:
 
 def compact_tool(tool: ToolSchema) -> str:
     """One line per tool: signature, documented response keys, and the first sentence of its
-    description (DESIGN.md §7).
+    description (docs/design.md §7).
 
     >>> compact_tool({"name": "cd", "description": "Change dir. Long text.",
     ...               "parameters": {"properties": {"folder": {"type": "string"}}, "required": ["folder"]}})

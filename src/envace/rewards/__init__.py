@@ -1,6 +1,6 @@
 """Reward functions by name, and the choice of reward for a task.
 
-A reward is a plain function ``(task, traj) -> RewardOutput`` (DESIGN.md §3.5, STYLE.md row 4).
+A reward is a plain function ``(task, traj) -> RewardOutput`` (docs/design.md §3.5, STYLE.md row 4).
 :data:`REWARDS` names them as ``"module:function"`` strings, imported on first use, so that a
 benchmark's heavy imports (bfcl-eval, tau2) happen only when its reward is used.
 
@@ -95,7 +95,7 @@ def compute_reward(
         traj: the finished trajectory.
         strict: re-raise an exception of the reward function; by default it masks the episode
             (``score=None``, the exception in ``details["error"]``): a reward that cannot be
-            computed must not stop a training run nor score 0 (DESIGN.md §3.5).
+            computed must not stop a training run nor score 0 (docs/design.md §3.5).
         judge: the endpoint, model, deadline, retries and budget of the ``judge`` reward; by
             default they are read from the ``ENVACE_JUDGE_*`` environment variables
             (:func:`envace.rewards.judge.settings_from_env`).

@@ -1,5 +1,5 @@
 """What every reward function returns. Rewards are plain functions ``(task, trajectory) -> RewardOutput``
-that need no environment (DESIGN.md §3.5)."""
+that need no environment (docs/design.md §3.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BFCL rewards without an environment (DESIGN.md §3.5).
+"""BFCL rewards without an environment (docs/design.md §3.5).
 
 * :func:`bfcl_single_turn` — bfcl-eval's own ``ast_checker`` on the episode's calls (the official
   single-turn score); irrelevance categories succeed with no call, ``live_relevance`` with any call.

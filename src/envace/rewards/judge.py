@@ -8,7 +8,7 @@ a body that is not UTF-8 or not JSON, or JSON of the wrong shape. So every call 
 deadline (checked before every socket read, not per read), every episode a total budget over its
 attempts and back-off (:class:`JudgeSettings`: 45 s at most by default), and every failure is
 caught: retried when another attempt may pass, then the episode is masked (``score=None``), never
-scored 0 (DESIGN.md §1: upstream masks judge failures), and each failed attempt is counted by kind
+scored 0 (docs/design.md §1: upstream masks judge failures), and each failed attempt is counted by kind
 in ``details["judge_failures"]`` (:func:`failure_kind`).
 """
 

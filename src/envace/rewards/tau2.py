@@ -2,7 +2,7 @@
 
 tau2's official reward (``verify_tau2``, ``envace.data.sources.tau2.official_reward``) replays the
 episode in the real environment and compares database hashes; during training rewards need no
-environment (DESIGN.md §3.5), so this one checks what can be read off the episode:
+environment (docs/design.md §3.5), so this one checks what can be read off the episode:
 
 - **actions**: each gold action (``task.extra["actions"]``, assistant and user side, as tau2's
   ``ActionEvaluator``, which reads both) must match some call of the episode with tau2's

@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from envace.data.sources.vitabench import order_key
 from envace.rewards.base import RewardOutput
 from envace.types import CallRecord, Task, ToolCall, Trajectory, is_error
 
@@ -43,9 +42,23 @@ CANCEL_TOOLS = {
     "reservation": ("instore_cancel_reservation",),
 }
 ALL_CANCEL = tuple(name for names in CANCEL_TOOLS.values() for name in names)
-ID_ARG = {"order": "order_id", "book": "book_id", "reservation": "reservation_id"}
 PAID = {"paid", "processed", "in-progress", "delivered"}
+#: the key that holds an order's id (in the data and in the tools' arguments), and the kind it names
+ID_KEYS: dict[str, str] = {"order_id": "order", "book_id": "book", "reservation_id": "reservation"}
+ID_ARG = {kind: key for key, kind in ID_KEYS.items()}
 Pred = Callable[[ToolCall], bool]
+
+
+def order_key(order: dict[str, Any]) -> tuple[str, str]:
+    """``(kind, id)`` of a required order, booking or reservation.
+
+    >>> order_key({"book_id": "B1", "shop_id": "S"})
+    ('book', 'B1')
+    """
+    for key, kind in ID_KEYS.items():
+        if order.get(key):
+            return kind, str(order[key])
+    raise ValueError("no order_id, book_id or reservation_id")
 
 
 def _count(value: Any, default: int = 1) -> Any:

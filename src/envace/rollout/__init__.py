@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envace.protocol.episode import PieceEncoder
 from envace.protocol.render import ChatFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, RolloutStats, summarize
 from envace.rollout.loop import Rollout, RolloutLimits, drive

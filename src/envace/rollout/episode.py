@@ -2,7 +2,7 @@
 rollout returns (the episodes and their counts).
 
 An :class:`Episode` is one interaction of the policy with a task: the token episode being built
-(:class:`~envace.protocol.episode.EpisodeBuilder`: ids, roles, sampled log-probs) beside its parsed
+(:class:`~envace.protocol.tokens.EpisodeBuilder`: ids, roles, sampled log-probs) beside its parsed
 record (messages, calls, flags), and the state the rollout and its parts keep on it, each a typed
 field. The rollout loop (:mod:`envace.rollout.loop`) writes it; rewards, losses, metrics and
 callbacks read it.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from envace.envs import Environment
-from envace.protocol.episode import EpisodeBuilder, EpisodeTensors
+from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors
 from envace.types import JSON, ROLE_IDS, CallRecord, Message, Task, ToolCall, Trajectory, error_observation
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ import torch
 
 from envace.envs import make_environment
 from envace.protocol import parse_act
-from envace.protocol.episode import EpisodeBuilder, PieceEncoder
 from envace.protocol.render import ChatFormat
+from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine, Request, Sample
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, summarize
 from envace.rollout.responders import Responder, ToolTurn

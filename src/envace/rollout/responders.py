@@ -1,4 +1,4 @@
-"""Who answers a tool call. One rollout loop, four responders (DESIGN.md §2):
+"""Who answers a tool call. One rollout loop, four responders (docs/design.md §2):
 
 * :class:`PolicyRehearsal` — EnvACE: the policy writes the tool turn inline (role ``rehearse``);
 * :class:`RealEnvironment` — execute in the task's real environment (context);

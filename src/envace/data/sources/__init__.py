@@ -2,7 +2,8 @@
 
 A source is a function ``load(split: str = "all", path: str | None = None, **kw) -> list[Task]``;
 a verifier replays gold through the real environment and the official checker and returns a
-:class:`VerifyReport`. Both are looked up by name here (config data, never model output).
+:class:`VerifyReport`. Both are looked up by name here (config data, never model output); a
+:class:`SourceSpec` is one source to load as a config names it (the DataModule's ``sources``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ SOURCES: dict[str, str] = {
 }
 
 VERIFIERS: dict[str, str] = {
-    "bfcl-multi-turn": "envace.data.sources.bfcl:verify_multi_turn",
+    "bfcl-multi-turn": "envace.data.sources.bfcl_verify:verify_multi_turn",
     "tau2": "envace.data.sources.tau2:verify_tau2",
 }
 
@@ -45,6 +46,39 @@ class VerifyReport:
         self.total += 1
         if not ok:
             self.failures.append({"group": group, **why})
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One benchmark source to load.
+
+    Args:
+        name: a registered source (``bfcl-multi-turn``, ``tau2``, ``vitabench``, ...).
+        split: ``train``, ``test`` or ``all``.
+        path: the source's own data location; default: the packaged copy.
+        options: further keyword arguments of the source (``categories``, ``domains``, ...).
+    """
+
+    name: str
+    split: str = "train"
+    path: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: SourceSpec | dict[str, Any]) -> SourceSpec:
+        """A spec from a flat dict (``{"name": ..., "split": ..., "categories": [...]}``) or a nested one
+        (``{"name": ..., "options": {...}}``)."""
+        if isinstance(spec, SourceSpec):
+            return spec
+        d = dict(spec)
+        if not isinstance(d.get("name"), str):
+            raise ValueError(f"a source needs a 'name' string: {spec!r}")
+        name, split, path = d.pop("name"), d.pop("split", "train"), d.pop("path", None)
+        options = {**dict(d.pop("options", None) or {}), **d}
+        return cls(name=name, split=split, path=path, options=options)
+
+    def load(self) -> list[Task]:
+        return load_source(self.name, split=self.split, path=self.path, **self.options)
 
 
 def _resolve(table: dict[str, str], name: str, what: str) -> Callable[..., Any]:

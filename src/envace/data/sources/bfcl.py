@@ -1,4 +1,5 @@
-"""BFCL-v4 records as canonical :class:`~envace.types.Task` objects, the class split, and gold replay.
+"""BFCL-v4 records as canonical :class:`~envace.types.Task` objects and the class split (the gold
+replay through bfcl-eval's checker is :mod:`envace.data.sources.bfcl_verify`).
 
 Records come from bfcl-eval's wheel (:func:`envace._bfcl.bfcl_data_dir`) or from a folder with the
 same layout (``BFCL_v4_<category>.json`` JSONL files, ``possible_answer/``, ``multi_turn_func_doc/``).
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envace._bfcl import bfcl_data_dir, bfcl_module
-from envace.data.sources import VerifyReport, records
+from envace.data.sources import records
 from envace.data.sources.records import RecordError
 from envace.protocol.parse import tool_name
 from envace.types import Task, ToolCall, ToolSchema
@@ -370,27 +371,3 @@ def load_multi_turn(split: str = "all", path: str | None = None, categories: lis
     docs: dict[str, list[ToolSchema]] = {}
     tasks = [t for c in _categories(categories, MULTI_TURN_CATEGORIES) for t in _multi_turn_tasks(root, c, docs)]
     return tasks if split == "all" else [t for t in tasks if t.extra["split"] == split]
-
-
-def verify_multi_turn(
-    split: str = "all", path: str | None = None, categories: list[str] | None = None, limit: int | None = None
-) -> VerifyReport:
-    """Replay the gold of every multi-turn task in our environment and bfcl-eval's checker.
-
-    Groups are the categories; see :func:`envace.data.sources.bfcl_verify.verify_task`.
-
-    Args:
-        split: as in :func:`load_multi_turn`.
-        path: as in :func:`load_multi_turn`.
-        categories: as in :func:`load_multi_turn`.
-        limit: check only the first ``limit`` tasks of each category.
-    """
-    from envace.data.sources.bfcl_verify import verify_tasks  # imports bfcl-eval's checker
-
-    tasks = load_multi_turn(split, path, categories)
-    if limit is not None:
-        kept: dict[str, list[Task]] = {}
-        for task in tasks:
-            kept.setdefault(task.category, []).append(task)
-        tasks = [t for group in kept.values() for t in group[:limit]]
-    return verify_tasks(tasks)

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from envace._bfcl import bfcl_module
 from envace.data.sources import VerifyReport
-from envace.data.sources.bfcl import call_string
+from envace.data.sources.bfcl import call_string, load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment, public_state
 from envace.protocol.parse import validate_call
 from envace.types import Task
@@ -92,3 +92,25 @@ def verify_tasks(tasks: list[Task]) -> VerifyReport:
         report.add(task.category, failure is None, id=task.id, **(failure or {}))
         report.notes.extend({"id": task.id, "gold_breaks_schema": n} for n in notes)
     return report
+
+
+def verify_multi_turn(
+    split: str = "all", path: str | None = None, categories: list[str] | None = None, limit: int | None = None
+) -> VerifyReport:
+    """Replay the gold of every multi-turn task in our environment and bfcl-eval's checker.
+
+    Groups are the categories; see :func:`verify_task`.
+
+    Args:
+        split: as in :func:`load_multi_turn`.
+        path: as in :func:`load_multi_turn`.
+        categories: as in :func:`load_multi_turn`.
+        limit: check only the first ``limit`` tasks of each category.
+    """
+    tasks = load_multi_turn(split, path, categories)
+    if limit is not None:
+        kept: dict[str, list[Task]] = {}
+        for task in tasks:
+            kept.setdefault(task.category, []).append(task)
+        tasks = [t for group in kept.values() for t in group[:limit]]
+    return verify_tasks(tasks)

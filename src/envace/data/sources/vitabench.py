@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.data.sources.records import RecordError, read_json
+from envace.rewards.vitabench import order_key
 from envace.types import Task
 
 ENV_VAR = "ENVACE_VITABENCH"
@@ -32,7 +33,6 @@ DEFAULT_PROMPT = (
     "their request using the tools; confirm details with the user before placing, paying or cancelling. "
     "Current time: {time}."
 )
-ID_KEYS: dict[str, str] = {"order_id": "order", "book_id": "book", "reservation_id": "reservation"}
 _DB_TABLES: dict[str, str] = {"orders": "order", "books": "book", "reservations": "reservation"}
 
 
@@ -50,18 +50,6 @@ def _need(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj[key], kind):
         raise ValueError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {type(obj[key]).__name__}")
     return obj[key]
-
-
-def order_key(order: dict[str, Any]) -> tuple[str, str]:
-    """``(kind, id)`` of a required order, booking or reservation.
-
-    >>> order_key({"book_id": "B1", "shop_id": "S"})
-    ('book', 'B1')
-    """
-    for key, kind in ID_KEYS.items():
-        if order.get(key):
-            return kind, str(order[key])
-    raise ValueError("no order_id, book_id or reservation_id")
 
 
 def load_tools(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

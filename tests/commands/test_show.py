@@ -1,5 +1,6 @@
-"""``envace rehearse``: the oracle calibrates (reward 1, fidelity 1), a tiny random policy runs end to
-end from a Lightning checkpoint, and checkpoints load under the ``policy.*`` contract."""
+"""``envace show``: the oracle calibrates (reward 1, fidelity 1), a tiny random policy runs end to
+end from a Lightning checkpoint, checkpoints load under the ``policy.*`` contract, and the former
+name ``envace rehearse`` still runs it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import re
 import pytest
 import torch
 
-from envace.commands.rehearse import main, pick_task, rehearse
+from envace.cli import main as envace
+from envace.commands.show import main, pick_task, show
 from envace.policy import LoraSpec, PolicySpec, load_checkpoint, load_model
 
 TASK = "multi_turn_base_0"  # turn 0 gold: cd(document), mkdir(temp), mv(final_report.pdf -> temp)
@@ -20,7 +22,7 @@ def _fidelity_row(out: str, group: str) -> list[float]:
 
 
 def test_oracle_rehearses_perfectly_and_scores_one(capsys) -> None:
-    assert rehearse(policy="oracle", task_id=TASK) == 0
+    assert show(policy="oracle", task_id=TASK) == 0
     out = capsys.readouterr().out
     assert "[context] <system turn:" in out and " tools: " in out and ", cd, cp, " in out  # tools summarised
     assert (
@@ -82,3 +84,17 @@ def test_pick_task_defaults_and_errors() -> None:
     assert len(cut.user_turns) == len(cut.gold) == 2 and cut.user_turns == first.user_turns[:2]
     with pytest.raises(ValueError, match="no task 'nope'"):
         pick_task("bfcl-multi-turn", "all", None, "nope", 1)
+
+
+def test_the_former_name_still_runs_with_a_note(capsys) -> None:
+    assert envace(["rehearse", "--policy", "noop", "--task_id", TASK, "--real", "false"]) == 0
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if "renamed" in line] == [
+        "envace rehearse: renamed to `envace show`; running that"
+    ]
+    assert "(no calls)" in out and "reward: 0.000" in out
+
+
+def test_a_reference_policy_takes_no_checkpoint() -> None:
+    with pytest.raises(ValueError, match="has no weights"):
+        show(policy="oracle", checkpoint="last.ckpt")

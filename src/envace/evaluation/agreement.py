@@ -2,9 +2,11 @@
 
 The reward (:func:`envace.rewards.bfcl.bfcl_multi_turn`) compares calls with the gold; the official
 checker executes both and compares the API instances' states and the execution results after each
-turn. This module builds episodes whose calls are the gold with one :func:`perturb`-ation, written by
-:class:`ScriptEngine` into the ordinary rollout loop (so a real environment executes them), scores
-each episode both ways (:func:`score_episode`) and counts the 2x2 table (:func:`confusion`).
+turn. This study harness builds episodes whose calls are the gold with one :func:`perturb`-ation,
+written by :class:`ScriptEngine` into the ordinary rollout loop (so a real environment executes
+them), scores each episode both ways (:func:`score_episode`: the reward, and the evaluation's own
+:func:`~envace.evaluation.bfcl.official_verdict`) and counts the 2x2 table (:func:`confusion`). It
+rolls episodes out, so it lives with the evaluation, not with the rewards (which run nothing).
 ``scripts/reward_agreement.py`` runs the measurement; ``docs/rewards.md`` explains the disagreements.
 """
 
@@ -12,16 +14,17 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from envace._bfcl import run_multi_turn_checker
 from envace.data.sources.bfcl import call_string
-from envace.protocol import render_calls, tool_name
+from envace.evaluation.bfcl import official_verdict
+from envace.protocol import tool_name
 from envace.protocol.parse import validate_call
 from envace.rewards.bfcl import bfcl_multi_turn, calls_equivalent
-from envace.rollout.reference import DONE, ScriptedEngine
-from envace.types import Message, Task, ToolCall, ToolSchema
+from envace.rollout.engine import Request, Sample
+from envace.rollout.reference import ScriptedEngine, calls_once_per_turn
+from envace.types import Task, ToolCall, ToolSchema
 
 Script = list[list[ToolCall]]
 KINDS = (
@@ -244,66 +247,15 @@ class ScriptEngine(ScriptedEngine):
     scripts: dict[str, Script] = field(default_factory=dict)
 
     def text_for(self, episode: Any) -> str:
-        if episode.scratch.get("script_turn") == episode.turn:
-            return DONE
-        episode.scratch["script_turn"] = episode.turn
         script = self.scripts[episode.task.id]
-        calls = script[episode.turn] if episode.turn < len(script) else []
-        return render_calls("", list(calls)) if calls else DONE
+        return calls_once_per_turn(episode, script[episode.turn] if episode.turn < len(script) else [])
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, episodes: Any = None) -> list[Any]:
-        samples = super().generate(prompts, max_new_tokens, episodes)
-        if any(len(s.ids) >= max_new_tokens for s in samples):  # the base class would cut the script short
-            raise ValueError(f"a scripted turn does not fit in max_new_tokens={max_new_tokens}")
+    def write(self, requests: list[Request]) -> list[Sample]:
+        samples = super().write(requests)
+        for r, s in zip(requests, samples, strict=True):
+            if len(s.ids) >= r.max_new_tokens:  # the base class would cut the script short
+                raise ValueError(f"a scripted turn does not fit in max_new_tokens={r.max_new_tokens}")
         return samples
-
-
-def cut_turns(task: Task, k: int | None) -> Task:
-    """The task's first ``k`` user turns, with its gold, ground truth and added tools cut alike."""
-    if k is None or k >= len(task.user_turns):
-        return task
-    extra = {**task.extra, "ground_truth": task.extra["ground_truth"][:k]}
-    added = {t: v for t, v in task.tools_added.items() if int(t) < k}
-    return replace(task, user_turns=task.user_turns[:k], gold=task.gold[:k], extra=extra, tools_added=added)
-
-
-def decoded_steps(messages: list[Message]) -> list[list[list[str]]]:
-    """The committed calls as ``multi_turn_checker`` reads them: per user turn, per act step with
-    calls, the call strings rebuilt from the validated calls (steps without calls left out, as
-    bfcl-eval's runner drops empty decodes).
-
-    >>> decoded_steps([Message("user", "a"), Message("assistant", tool_calls=[ToolCall("cd", {"folder": "x"})]),
-    ...                Message("assistant", "ok"), Message("user", "b")])
-    [[["cd(folder='x')"]], []]
-    """
-    turns: list[list[list[str]]] = []
-    for m in messages:
-        if m.role == "user":
-            turns.append([])
-        elif m.role == "assistant" and m.tool_calls and turns:
-            turns[-1].append([call_string(c) for c in m.tool_calls])
-    return turns
-
-
-def official_verdict(
-    task: Task, messages: list[Message], flags: set[str] | frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """bfcl-eval's verdict on an episode: ``{"valid", "error_type", "error_message"}``.
-
-    As bfcl-eval's runner, an episode that did not reach every turn, or hit the step limit, is
-    force-terminated and fails; else ``multi_turn_checker`` runs under a fresh model name, and its
-    module-global API instances are deleted afterwards.
-    """
-    decoded, gold = decoded_steps(messages), task.extra["ground_truth"]
-    if len(decoded) < len(gold) or "max_steps" in flags:
-        why = f"{len(decoded)} of {len(gold)} turns reached, flags {sorted(flags)}"
-        return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": why}
-    result = run_multi_turn_checker(task, decoded[: len(gold)], gold)
-    return {
-        "valid": bool(result.get("valid")),
-        "error_type": result.get("error_type"),
-        "error_message": result.get("error_message"),
-    }
 
 
 @dataclass

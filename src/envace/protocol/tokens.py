@@ -1,4 +1,4 @@
-"""Tokens in, tokens out: episodes are built by appending token segments (DESIGN.md §3.1).
+"""Tokens in, tokens out: episodes are built by appending token segments (docs/design.md §3.1).
 
 Context pieces (template text, user turns, real tool results in context) are tokenised on their own
 and appended; what the policy writes is appended as the exact ids it sampled. Nothing already in an

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from envace.protocol.episode import EpisodeBuilder, PieceEncoder, encode_trajectory
 from envace.protocol.render import HermesFormat, TemplateFormat, make_format
+from envace.protocol.tokens import EpisodeBuilder, PieceEncoder, encode_trajectory
 from envace.types import ROLE_IDS, Message, Task, ToolCall, Trajectory
 
 TOOLS = [{"name": "cd", "description": "Change directory. More.", "parameters": {

@@ -14,18 +14,9 @@ import pytest
 from envace._bfcl import bfcl_module
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment
+from envace.evaluation.agreement import KINDS, READ_ONLY, Perturbation, confusion, perturb, run_scripted, select
+from envace.evaluation.bfcl import official_verdict
 from envace.protocol.render import HermesFormat
-from envace.rewards.agreement import (
-    KINDS,
-    READ_ONLY,
-    Perturbation,
-    confusion,
-    cut_turns,
-    official_verdict,
-    perturb,
-    run_scripted,
-    select,
-)
 from envace.rewards.bfcl import calls_equivalent, tool_classes
 from envace.rewards.bfcl_effects import ordered
 from envace.types import Message, Task, ToolCall
@@ -164,7 +155,7 @@ def test_documented_disagreements(tokenizer, task_id, edit, ours, official) -> N
 
 
 def test_official_verdict_force_terminates_and_cleans_up() -> None:
-    task = cut_turns(tasks()["multi_turn_base_0"], 2)
+    task = tasks()["multi_turn_base_0"].first_turns(2)
     assert len(task.gold) == len(task.extra["ground_truth"]) == len(task.user_turns) == 2
     one_turn = [Message("user", "u"), Message("assistant", tool_calls=list(task.gold[0]))]
     v = official_verdict(task, one_turn)
