@@ -36,10 +36,12 @@ check: lint doctest test
 fit: install
 	$(BIN)/envace fit --config configs/bfcl.yaml
 
+# ruff, mypy, and the package's shape: no import cycle, no module over 400 lines, rewards/ apart.
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/code_shape.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
