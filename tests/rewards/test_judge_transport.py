@@ -11,11 +11,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from envace.rewards import JudgeSettings, compute_reward
+from envace.rewards import JudgeSettings, RewardError, RewardOutput, compute_reward
 from envace.rewards.judge import LLMJudge, settings_from_env
 from envace.types import Message, Task, Trajectory
 
@@ -210,11 +211,22 @@ def test_the_registry_passes_the_settings_and_reads_the_environment(monkeypatch:
         assert compute_reward(*task_and_traj()).score == 0.5 and b'"model": "env-judge"' in requests[1]
     assert settings_from_env().timeout == 2.0 and settings_from_env(budget=9).budget == 9
     monkeypatch.setenv("ENVACE_JUDGE_RETRIES", "-1")
-    out = compute_reward(*task_and_traj())  # a bad setting masks the episode, as any reward error does
-    assert out.masked and "out of range" in out.details["error"]
+    with pytest.raises(RewardError, match="out of range"):  # a bad setting is a bug of the run: it stops
+        compute_reward(*task_and_traj())
     monkeypatch.delenv("ENVACE_JUDGE_RETRIES")
     monkeypatch.delenv("ENVACE_JUDGE_URL")
-    assert compute_reward(*task_and_traj()).details["error"].startswith("no judge endpoint")
+    with pytest.raises(RewardError, match="no judge endpoint"):  # so is a judge reward with no judge
+        compute_reward(*task_and_traj())
+
+
+def test_an_outage_masks_the_episode_and_is_counted() -> None:
+    from envace.callbacks.rollout import reward_metrics
+
+    task, traj = task_and_traj()
+    out = compute_reward(task, traj, judge=JudgeSettings(base_url="http://127.0.0.1:9/v1", timeout=0.5, max_retries=0))
+    assert out.masked and out.details["judge_failures"] == {"connection": 1}
+    episodes = [SimpleNamespace(task=task)] * 2
+    assert reward_metrics(episodes, [out, RewardOutput(0.5)])["reward/masked"] == 1.0
 
 
 def test_a_pathological_verdict_is_searched_in_bounded_time() -> None:

@@ -10,16 +10,17 @@ from envace.metrics.fidelity import FidelityTracker
 
 
 class RehearsalFidelity(pl.Callback):
-    """Feeds the (rehearsed, real) pairs of validation episodes — run by the module with lockstep
-    real environments — into torchmetrics, and logs ``fidelity/*`` overall, per benchmark and per
-    tool at the end of each validation epoch.
+    """Feeds the (rehearsed, real) pairs of validation's imagined episodes — run by the module with
+    lockstep real environments — into torchmetrics, and logs ``val/imagined/fidelity/*`` (the
+    policy's own calls) and ``val/imagined/fidelity_gold/*`` (the gold calls) overall, per benchmark
+    and per tool at the end of each validation epoch (the step-0 pass before training included).
 
     Args:
         per_tool: also log one curve per tool (many curves on large tool sets).
     """
 
     #: step-output key -> metric prefix: the policy's own calls, and gold calls the policy rehearsed
-    SOURCES = {"episodes": "fidelity", "gold_episodes": "fidelity_gold"}
+    SOURCES = {"imagined": "val/imagined/fidelity", "gold_episodes": "val/imagined/fidelity_gold"}
 
     def __init__(self, per_tool: bool = True):
         self.per_tool = per_tool
@@ -41,5 +42,10 @@ class RehearsalFidelity(pl.Callback):
             if not self.per_tool:
                 values = {k: v for k, v in values.items() if "/tool/" not in k}
             # an epoch without pairs (no calls were made) has no fidelity: log the count only, not NaN
-            pl_module.log_dict({k: float(v) for k, v in values.items() if not bool(v.isnan())}, sync_dist=False)
+            scalars = {k: float(v) for k, v in values.items() if not bool(v.isnan())}
+            if trainer.sanity_checking:  # the step-0 pass: Lightning's log is silent there
+                for logger in trainer.loggers:
+                    logger.log_metrics(scalars, step=trainer.global_step)
+            else:
+                pl_module.log_dict(scalars, sync_dist=False)
             tracker.reset()

@@ -1,5 +1,5 @@
 """Callbacks that turn step outputs (episodes, rewards, rollout stats) into ``reward/*``,
-``success/*`` and ``rollout/*`` scalars and sample transcripts. The math is in plain functions."""
+``success/*``, ``rollout/*`` and ``val/*`` scalars and sample transcripts. The math is in plain functions."""
 
 from __future__ import annotations
 
@@ -103,11 +103,68 @@ def transcript_markdown(episode: Episode, max_chars: int = 6000) -> str:
     return "```\n" + cut.replace("```", "'''") + "\n```"
 
 
+def committed_metrics(
+    episodes: list[Episode], official: list[RewardOutput | None], proxy: list[RewardOutput]
+) -> dict[str, float]:
+    """``val/committed/*``: episodes the policy played against the real environment, scored by the
+    benchmark's official checker (``official_*``; BFCL multi-turn also per turn, ``turn_score``) and
+    by the training proxy (``proxy_*``), and the gap between the two over episodes that have both
+    (``proxy_gap``: positive when the proxy pays what the official checker does not).
+
+    >>> from envace.types import Task
+    >>> from types import SimpleNamespace as NS
+    >>> eps = [NS(task=Task("a", "bfcl")), NS(task=Task("b", "bfcl"))]
+    >>> official = [RewardOutput(0.0, False, {"turn_score": 0.5}), RewardOutput(1.0, True, {"turn_score": 1.0})]
+    >>> out = committed_metrics(eps, official, [RewardOutput(1.0, True), RewardOutput(1.0, True)])
+    >>> [out[f"val/committed/{k}/bfcl"] for k in ("official_success", "proxy_gap", "turn_score")]
+    [0.5, 0.5, 0.75]
+    """
+    out: dict[str, float] = {}
+    by: dict[str, list[tuple[RewardOutput | None, RewardOutput]]] = defaultdict(list)
+    for ep, o, p in zip(episodes, official, proxy, strict=True):
+        by[ep.task.benchmark].append((o, p))
+        by["all"].append((o, p))
+    for bench in sorted(by, key=lambda b: b == "all"):
+        pairs = by[bench]
+        scored = [p for _, p in pairs if not p.masked]
+        if scored:
+            out[f"val/committed/proxy_score/{bench}"] = sum(p.score or 0.0 for p in scored) / len(scored)
+            out[f"val/committed/proxy_success/{bench}"] = sum(p.success for p in scored) / len(scored)
+        both = [(o, p) for o, p in pairs if o is not None and not o.masked]
+        if both:
+            out[f"val/committed/official_score/{bench}"] = sum(o.score or 0.0 for o, _ in both) / len(both)
+            out[f"val/committed/official_success/{bench}"] = sum(o.success for o, _ in both) / len(both)
+            gaps = [(p.score or 0.0) - (o.score or 0.0) for o, p in both if not p.masked]
+            if gaps:
+                out[f"val/committed/proxy_gap/{bench}"] = sum(gaps) / len(gaps)
+            turns = [o.details["turn_score"] for o, _ in both if "turn_score" in o.details]
+            if turns:
+                out[f"val/committed/turn_score/{bench}"] = sum(turns) / len(turns)
+    out["val/committed/official_masked"] = float(sum(o is not None and o.masked for o in official))
+    out["val/committed/proxy_masked"] = float(sum(p.masked for p in proxy))
+    return out
+
+
+def log_scalars(trainer: pl.Trainer, pl_module: pl.LightningModule, scalars: dict[str, float], n: int) -> None:
+    """Log ``scalars`` at the current step; also in the sanity pass before training (step 0: the
+    configs run the whole validation there, ``num_sanity_val_steps: -1``), where Lightning's own
+    ``log`` is silent, straight to the loggers (that pass runs on one process's data)."""
+    if trainer.sanity_checking:
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)
+    else:
+        pl_module.log_dict(scalars, batch_size=max(n, 1), sync_dist=True)
+
+
 class RolloutLogger(pl.Callback):
-    """Logs ``reward/*``, ``success/*``, ``act/*``, ``rollout/*`` after each RL step and validation epoch."""
+    """Logs ``reward/*``, ``success/*``, ``act/*``, ``rollout/*`` after each RL step, and after each
+    validation epoch ``val/committed/*`` (the policy against the real environment: the official
+    checker, the proxy, their gap, ``act_tool_f1``) and ``val/imagined/*`` (the proxy's score of the
+    episodes whose calls the policy answered itself — biased toward self-rehearsal, shown for
+    comparison only)."""
 
     def __init__(self) -> None:
-        self._val: list[tuple[Episode, RewardOutput]] = []
+        self._val: list[ValStepOutput] = []
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # fmt: skip
@@ -122,18 +179,26 @@ class RolloutLogger(pl.Callback):
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
-        if isinstance(outputs, dict) and "episodes" in outputs:
-            out = cast(ValStepOutput, outputs)
-            self._val.extend(zip(out["episodes"], out["rewards"], strict=True))
+        if isinstance(outputs, dict) and "committed" in outputs:
+            self._val.append(cast(ValStepOutput, outputs))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._val:
             return
-        episodes, rewards = zip(*self._val, strict=True)
-        scalars = reward_metrics(list(episodes), list(rewards), prefix="val_") | act_metrics(list(episodes), "val_")
-        pl_module.log_dict(scalars, batch_size=len(episodes), sync_dist=True)
-        if not trainer.sanity_checking:
-            experiment: Any = getattr(trainer.logger, "experiment", None)
-            if hasattr(experiment, "add_text"):
-                experiment.add_text("samples/transcript", transcript_markdown(episodes[0]), trainer.global_step)
+        committed = [e for out in self._val for e in out["committed"]]
+        official = [o for out in self._val for o in out["official"]]
+        proxy = [p for out in self._val for p in out["proxy"]]
+        imagined = [e for out in self._val for e in out["imagined"]]
+        imagined_proxy = [p for out in self._val for p in out["imagined_proxy"]]
+        scalars = committed_metrics(committed, official, proxy)
+        scalars |= {k.replace("act/val_", "val/committed/act_"): v for k, v in act_metrics(committed, "val_").items()}
+        scalars |= {k.replace("reward/val_imagined_", "val/imagined/proxy_score/").replace(
+            "success/val_imagined_", "val/imagined/proxy_success/"): v
+            for k, v in reward_metrics(imagined, imagined_proxy, prefix="val_imagined_").items()}  # fmt: skip
+        log_scalars(trainer, pl_module, scalars, len(committed))
+        experiment: Any = getattr(trainer.logger, "experiment", None)
+        if hasattr(experiment, "add_text"):
+            for name, episodes in (("committed", committed), ("imagined", imagined)):
+                if episodes:
+                    experiment.add_text(f"samples/{name}", transcript_markdown(episodes[0]), trainer.global_step)
         self._val.clear()

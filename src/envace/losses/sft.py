@@ -22,47 +22,58 @@ from envace.types import ROLE_IDS
 
 
 class _TokenLogProbs(torch.autograd.Function):
-    """``log_softmax(logits)[label]`` in float32, one time chunk at a time, with a hand-written backward.
+    """``log_softmax(logits / T)[label]`` in float32, one time chunk at a time, with a hand-written
+    backward.
 
     Forward keeps only the logits (already alive: autograd needs them anyway), the labels and the
-    ``[B, T]`` log-normalisers; backward forms ``g · (onehot(label) − softmax)`` chunk by chunk, in
-    about half the passes over ``[B, chunk, V]`` of autograd through ``gather − logsumexp`` (and no
-    recomputation of the forward for low-precision logits).
+    ``[B, T]`` log-normalisers; backward forms ``(g / T) · (onehot(label) − softmax)`` chunk by chunk,
+    in about half the passes over ``[B, chunk, V]`` of autograd through ``gather − logsumexp`` (and no
+    recomputation of the forward for low-precision logits). The temperature scales each chunk as it
+    is read: no scaled copy of the logits is made.
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: Tensor, labels: Tensor, chunk_size: int) -> Tensor:
+    def forward(ctx: Any, logits: Tensor, labels: Tensor, chunk_size: int, temperature: float) -> Tensor:
         out = torch.empty(labels.shape, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
         for s in range(0, logits.shape[1], chunk_size):
             x = logits[:, s : s + chunk_size].float()
+            if temperature != 1.0:
+                x = x / temperature  # out of place: ``.float()`` of float32 logits is the logits themselves
             norm = torch.logsumexp(x, dim=-1)
             out[:, s : s + chunk_size] = x.gather(-1, labels[:, s : s + chunk_size, None]).squeeze(-1) - norm
             lse[:, s : s + chunk_size] = norm
         ctx.save_for_backward(logits, labels, lse)
-        ctx.chunk_size = chunk_size
+        ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None, None]:
         logits, labels, lse = ctx.saved_tensors
-        c = ctx.chunk_size
+        c, t = ctx.chunk_size, ctx.temperature
         grad = torch.empty_like(logits)
         for s in range(0, logits.shape[1], c):
-            g = grad_out[:, s : s + c, None].float()
-            p = torch.sub(logits[:, s : s + c].float(), lse[:, s : s + c, None]).exp_().mul_(-g)  # −g · softmax
-            grad[:, s : s + c] = p.scatter_add_(-1, labels[:, s : s + c, None], g)  # + g at the label
-        return grad, None, None
+            g = grad_out[:, s : s + c, None].float() / t
+            x = logits[:, s : s + c].float()
+            if t != 1.0:
+                x = x / t
+            p = torch.sub(x, lse[:, s : s + c, None]).exp_().mul_(-g)  # −(g / T) · softmax
+            grad[:, s : s + c] = p.scatter_add_(-1, labels[:, s : s + c, None], g)  # + g / T at the label
+        return grad, None, None, None
 
 
-def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512) -> Tensor:
-    """``log_softmax(logits)[b, t, labels[b, t]]`` as ``[B, T]`` float32, without a ``[B, T, V]`` copy.
+def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512, temperature: float = 1.0) -> Tensor:
+    """``log_softmax(logits / temperature)[b, t, labels[b, t]]`` as ``[B, T]`` float32, without a
+    ``[B, T, V]`` copy.
 
     Args:
         logits: ``[B, T, V]``, any float dtype; positions already aligned with ``labels`` by the
             caller (``logits[:, t]`` predicts ``labels[:, t]``).
         labels: ``[B, T]`` token ids (any valid id on masked positions; pad with 0, not -100).
         chunk_size: time steps per chunk.
+        temperature: the softmax temperature the log-probs are taken at: the sampling temperature
+            of the tokens, so the RL loss's ratio compares the same distribution the sampler drew
+            from (``1`` for the warm start's NLL).
 
     The log-softmax is ``logit[label] − logsumexp(logits)`` computed one time chunk at a time in
     float32 (:class:`_TokenLogProbs`): at most one ``[B, chunk, V]`` float32 temporary exists at a
@@ -72,7 +83,9 @@ def gather_logprobs(logits: Tensor, labels: Tensor, chunk_size: int = 512) -> Te
         return logits.new_zeros(labels.shape, dtype=torch.float32)
     if labels.min() < 0:
         raise ValueError("labels must be valid token ids (got a negative id); mask with loss_mask instead")
-    out: Tensor = _TokenLogProbs.apply(logits, labels, chunk_size)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    out: Tensor = _TokenLogProbs.apply(logits, labels, chunk_size, float(temperature))
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,11 +30,13 @@ from envace.modules.state import kept_rng, rng_state, set_rng_state, unsharded
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.render import ChatFormat, make_format
 from envace.protocol.tokens import PieceEncoder
-from envace.rewards import JudgeSettings, RewardOutput, compute_reward
+from envace.rewards import JudgeSettings, RewardError, RewardOutput, compute_reward
 from envace.rollout import (
     Episode,
     GenerationEngine,
+    Job,
     PolicyRehearsal,
+    RealEnvironment,
     Responder,
     Rollout,
     RolloutLimits,
@@ -41,6 +44,7 @@ from envace.rollout import (
     SamplingConfig,
     make_engine,
     make_rollout,
+    run_together,
 )
 from envace.rollout.reference import OracleEngine
 from envace.types import Task
@@ -175,20 +179,24 @@ class PolicyModule(pl.LightningModule):
         warm = self.optim.warmup_steps
         return min(1.0, (step + 1) / warm) if warm else 1.0
 
-    def token_logprobs(self, batch: TokenBatch) -> Tensor:
-        """Per-token log-probs of the current policy at loss positions, each row chunk's shared prefix
-        run once (values: use :meth:`update` to train)."""
-        return chunked_logprobs(self._logprobs, batch, self._chunk_tokens(), self._prefix)
+    def token_logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> Tensor:
+        """Per-token log-probs of the current policy at loss positions (at ``temperature``), each row
+        chunk's shared prefix run once (values: use :meth:`update` to train)."""
+        return chunked_logprobs(partial(self._logprobs, temperature=temperature), batch, self._chunk_tokens(),
+                                self._prefix)  # fmt: skip
 
-    def update(self, batch: TokenBatch, loss_of: LossOf) -> tuple[Tensor, dict[str, Tensor]]:
+    def update(self, batch: TokenBatch, loss_of: LossOf, temperature: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
         """One optimizer step on ``loss_of(log-probs of batch)``: gradients accumulated chunk by chunk
         (:func:`backward_in_chunks`: memory bounded, nothing recomputed), then the step and the
-        learning-rate schedule. Returns the detached loss and stats."""
+        learning-rate schedule. ``temperature``: the one the log-probs are taken at (the sampling
+        temperature of RL episodes, whose recorded log-probs the loss's ratio divides by; 1 for the
+        warm start). Returns the detached loss and stats."""
         opt: Any = self.optimizers()
         sched: Any = self.lr_schedulers()
         opt.zero_grad(set_to_none=True)
+        logprobs = partial(self._logprobs, temperature=temperature)
         loss, stats = backward_in_chunks(
-            self._logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix
+            logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix
         )
         if self.optim.max_grad_norm:
             self.clip_gradients(opt, gradient_clip_val=self.optim.max_grad_norm, gradient_clip_algorithm="norm")
@@ -210,11 +218,18 @@ class PolicyModule(pl.LightningModule):
         """Length of the prefix :meth:`_logprobs` runs once for ``batch``'s rows (0: none)."""
         return shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
 
-    def _logprobs(self, batch: TokenBatch) -> Tensor:
+    def _logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> Tensor:
         prefix = self._prefix(batch)
         if prefix:
-            return prefix_shared_logprobs(self.policy, batch, prefix)
-        return selected_logprobs(self.policy, batch)
+            return prefix_shared_logprobs(self.policy, batch, prefix, temperature=temperature)
+        return selected_logprobs(self.policy, batch, temperature=temperature)
+
+    @property
+    def loss_temperature(self) -> float:
+        """The temperature of the RL loss's log-probs: the training rollouts' sampling temperature,
+        whose log-probs the engine records (greedy, ``0``, records them at temperature 1)."""
+        t = self.sampling.temperature
+        return t if t > 0 else 1.0
 
     def sft_step(self, batch: TokenBatch, split: str) -> Tensor:
         """Role-weighted NLL on grounded episodes: an update in training, the loss alone in validation."""
@@ -244,34 +259,51 @@ class PolicyModule(pl.LightningModule):
             return self.rollout(responder, lockstep).timed(tasks, group_size)
 
     def validation_step(self, batch: StepBatch, batch_idx: int) -> ValStepOutput | None:
-        """Imagined episodes with a lockstep real environment: rewards here, fidelity in the callback.
+        """Two families of episodes, generated together (greedy by default, ``val_temperature``):
 
-        With ``val_gold_fidelity`` a second rollout has the gold calls written for the policy (the
-        oracle acts) while the policy rehearses every response: fidelity of the world model on the
-        calls that matter, whatever the policy would have called (``fidelity_gold/*``).
+        * **committed** — the policy acts against the real environment, with the training limits;
+          each episode is scored by the benchmark's official checker
+          (:func:`envace.evaluation.official.official_score`) and by the training proxy: the figure
+          comparable across training arms and with ``envace evaluate``;
+        * **imagined** — the policy answers its own calls (as in training) beside a lockstep real
+          environment: rehearsal fidelity of its own calls; with ``val_gold_fidelity`` also of the
+          gold calls (the oracle acts, the policy rehearses), whatever the policy would have called.
         """
         if not batch.tasks:
             return None
-        with kept_rng(), self.engine.decoding(self.val_temperature):  # validation moves no training stream
-            episodes = self.run_episodes(batch.tasks, self.val_group_size, PolicyRehearsal(), lockstep=True).episodes
-            out = ValStepOutput(episodes=episodes, rewards=[self.reward(e) for e in episodes], gold_episodes=[])
+        from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
+
+        with kept_rng(), self.engine.decoding(self.val_temperature), unsharded(self.policy):
+            jobs = [Job(self.rollout(RealEnvironment()), batch.tasks, self.val_group_size),
+                    Job(self.rollout(PolicyRehearsal(), lockstep=True), batch.tasks, self.val_group_size)]  # fmt: skip
             if self.val_gold_fidelity:
-                out["gold_episodes"] = self.gold_rehearsals(batch.tasks)
-        return out
+                jobs.append(Job(self.gold_rollout(), batch.tasks))
+            committed, imagined, *gold = run_together(jobs)
+        return ValStepOutput(
+            committed=committed,
+            official=[official_score(e) for e in committed],
+            proxy=[self.reward(e) for e in committed],
+            imagined=imagined,
+            imagined_proxy=[self.reward(e) for e in imagined],
+            gold_episodes=gold[0] if gold else [],
+        )
 
     def reward(self, episode: Episode) -> RewardOutput:
-        """The episode's task reward (masked, never raising, when it cannot be computed)."""
-        return compute_reward(episode.task, episode.trajectory(), judge=self.judge)
+        """The episode's task reward: masked when it cannot be computed (a judge outage); a reward
+        that raises is a bug and stops the run, the message naming the step, the task and the reward."""
+        try:
+            return compute_reward(episode.task, episode.trajectory(), judge=self.judge)
+        except RewardError as exc:
+            raise RewardError(f"step {self.global_step}: {exc}") from exc.__cause__
 
-    def gold_rehearsals(self, tasks: list[Task]) -> list[Episode]:
-        """Episodes whose acts are the gold calls and whose tool turns the policy rehearses."""
+    def gold_rollout(self) -> Rollout:
+        """A rollout whose acts are the gold calls (the oracle) and whose tool turns the policy
+        rehearses, beside a lockstep real environment: fidelity on the calls that matter."""
         oracle = OracleEngine(self.tokenizer, self.engine.stop_ids)
         limits = dataclasses.replace(self.limits, max_new_tokens=4096, max_calls_per_step=64,
                                      max_episode_tokens=self.limits.max_episode_tokens * 4)  # fmt: skip
-        rollout = Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(engine=self.engine),
-                          limits, lockstep=True, validate_calls=False)  # fmt: skip
-        with unsharded(self.policy):
-            return rollout.run(tasks, 1)
+        return Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(engine=self.engine),
+                       limits, lockstep=True, validate_calls=False)  # fmt: skip
 
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -79,7 +79,7 @@ class EnvACEModule(PolicyModule):
             group_ids=torch.tensor([e.group for e in episodes], device=self.device),
             ref_logprobs=self.reference_logprobs(tokens) if self.loss.kl_coef > 0 else None,
         )
-        loss, stats = self.update(tokens, lambda logprobs: self.loss(inputs._replace(logprobs=logprobs)))
+        loss, stats = self.update(tokens, lambda lp: self.loss(inputs._replace(logprobs=lp)), self.loss_temperature)
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
         return RLStepOutput(loss=loss, episodes=episodes, rewards=rewards, rollout=result.stats)
 
@@ -89,4 +89,6 @@ class EnvACEModule(PolicyModule):
         if self.policy_spec.lora is None:
             raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
         with self.policy.disable_adapter():
-            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b), tokens, self._chunk_tokens())
+            t = self.loss_temperature  # the same distribution as the policy's log-probs in the loss
+            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b, temperature=t), tokens,
+                                    self._chunk_tokens())  # fmt: skip

@@ -23,12 +23,13 @@ from envace.losses import gather_logprobs
 from envace.policy import model_config
 
 
-def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> Tensor:
+def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512, temperature: float = 1.0) -> Tensor:
     """``[B, T]`` log-probs of each token given its prefix, computed only at loss positions.
 
-    Position ``t`` holds ``log p(input_ids[t] | input_ids[:t])`` where ``loss_mask[:, t]`` is set in
-    any row, else 0. The LM head and log-softmax run only on those positions (``logits_to_keep``
-    with an index tensor): the long tool block and user turns never reach the vocabulary projection.
+    Position ``t`` holds ``log p(input_ids[t] | input_ids[:t])`` (at ``temperature``: the softmax of
+    the logits divided by it, as the sampler drew) where ``loss_mask[:, t]`` is set in any row, else
+    0. The LM head and log-softmax run only on those positions (``logits_to_keep`` with an index
+    tensor): the long tool block and user turns never reach the vocabulary projection.
     """
     mask = batch.loss_mask.bool()
     mask[:, 0] = False  # the first token has no prefix
@@ -39,7 +40,7 @@ def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512) -> T
     logits = model(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=positions - 1, use_cache=False
     ).logits  # logits at t-1 predict token t
-    lp = gather_logprobs(logits, batch.input_ids[:, positions], chunk_size)
+    lp = gather_logprobs(logits, batch.input_ids[:, positions], chunk_size, temperature)
     return out.index_copy(1, positions, lp)
 
 
@@ -59,7 +60,9 @@ def shared_prefix_length(batch: TokenBatch, minimum: int = 64) -> int:
     return n if n >= minimum and ids.shape[0] > 1 else 0
 
 
-def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_size: int = 512) -> Tensor:
+def prefix_shared_logprobs(
+    model: Any, batch: TokenBatch, prefix: int, chunk_size: int = 512, temperature: float = 1.0
+) -> Tensor:
     """:func:`selected_logprobs` with the shared prefix run once instead of once per row.
 
     A group's episodes share the system turn with its tool block; its keys and values are computed
@@ -90,7 +93,7 @@ def prefix_shared_logprobs(model: Any, batch: TokenBatch, prefix: int, chunk_siz
         use_cache=True,
         logits_to_keep=positions - 1,
     ).logits
-    lp = gather_logprobs(logits, rest.input_ids[:, positions], chunk_size)
+    lp = gather_logprobs(logits, rest.input_ids[:, positions], chunk_size, temperature)
     return out.index_copy(1, positions + prefix, lp)
 
 

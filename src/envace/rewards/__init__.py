@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Callable
 from functools import cache
 
-from envace.rewards.base import RewardOutput
+from envace.rewards.base import RewardError, RewardOutput, RewardUnavailable
 from envace.rewards.judge import JudgeSettings, LLMJudge
 from envace.types import Task, Trajectory
 
@@ -85,36 +85,39 @@ def reward_for(task: Task) -> RewardFn:
     return get_reward(reward_name(task))
 
 
-def compute_reward(
-    task: Task, traj: Trajectory, strict: bool = False, judge: JudgeSettings | None = None
-) -> RewardOutput:
+def compute_reward(task: Task, traj: Trajectory, judge: JudgeSettings | None = None) -> RewardOutput:
     """Score ``traj`` with :func:`reward_for` ``(task)``.
+
+    A reward that cannot be computed says so: it returns ``score=None`` (the judge when its endpoint
+    fails) or raises :class:`~envace.rewards.base.RewardUnavailable`; the episode is then masked,
+    not scored 0 (docs/design.md §3.5), and counted (``reward/masked``). Any other exception is a
+    bug: it is raised again as a :class:`~envace.rewards.base.RewardError` naming the reward and the
+    task, and stops the run, instead of silently shrinking every batch.
 
     Args:
         task: the task the trajectory attempted.
         traj: the finished trajectory.
-        strict: re-raise an exception of the reward function; by default it masks the episode
-            (``score=None``, the exception in ``details["error"]``): a reward that cannot be
-            computed must not stop a training run nor score 0 (docs/design.md §3.5).
         judge: the endpoint, model, deadline, retries and budget of the ``judge`` reward; by
             default they are read from the ``ENVACE_JUDGE_*`` environment variables
             (:func:`envace.rewards.judge.settings_from_env`).
     """
     name = reward_name(task)
-    fn = LLMJudge.from_settings(judge) if judge is not None and name == "judge" else get_reward(name)
     try:
+        fn = LLMJudge.from_settings(judge) if judge is not None and name == "judge" else get_reward(name)
         return fn(task, traj)
-    except Exception as exc:
-        if strict:
-            raise
+    except RewardUnavailable as exc:
         return RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}", "reward": name})
+    except Exception as exc:
+        raise RewardError(f"reward {name!r} raised on task {task.id!r}: {type(exc).__name__}: {exc}") from exc
 
 
 __all__ = [
     "REWARDS",
     "JudgeSettings",
+    "RewardError",
     "RewardFn",
     "RewardOutput",
+    "RewardUnavailable",
     "compute_reward",
     "get_reward",
     "reward_for",

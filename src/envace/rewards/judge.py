@@ -118,7 +118,8 @@ class JudgeSettings:
 
     Args:
         base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
-            added); ``None``: no judge, every episode is masked.
+            added); ``None``: no judge configured — the ``judge`` reward then raises (a run whose
+            every episode would be masked is a configuration error, not an outage).
         model: model name sent in the request.
         api_key_env: name of the environment variable holding a bearer token; unset = no header.
         timeout: seconds one HTTP call may take in all (connect, send, every read), not per read.
@@ -209,8 +210,8 @@ class LLMJudge(JudgeSettings):
     def __call__(self, task: Task, traj: Trajectory) -> RewardOutput:
         """The verdict's score; masked (``score=None``) when the judge fails, with this episode's
         failed attempts by kind in ``details["judge_failures"]``."""
-        if not self.base_url:
-            return RewardOutput(None, False, {"error": "no judge endpoint: set ENVACE_JUDGE_URL"})
+        if not self.base_url:  # a configuration error, not an outage: every episode would be masked
+            raise ValueError("no judge endpoint: set ENVACE_JUDGE_URL (or model.init_args.judge.base_url)")
         before = self.failures.copy()
         try:
             text = self.complete(build_prompt(task, traj))
@@ -240,5 +241,6 @@ class LLMJudge(JudgeSettings):
 
 def judge_reward(task: Task, traj: Trajectory) -> RewardOutput:
     """The registry's ``judge`` reward, configured by ``ENVACE_JUDGE_*`` (or pass
-    :class:`JudgeSettings` to :func:`envace.rewards.compute_reward`); masked when no endpoint is set."""
+    :class:`JudgeSettings` to :func:`envace.rewards.compute_reward`); an endpoint that fails masks the
+    episode, a missing or invalid setting raises."""
     return LLMJudge.from_settings(settings_from_env())(task, traj)

@@ -8,7 +8,7 @@ from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import PieceEncoder
 from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, RolloutStats, summarize
-from envace.rollout.loop import Rollout, RolloutLimits, drive
+from envace.rollout.loop import Job, Rollout, RolloutLimits, drive, run_together
 from envace.rollout.responders import ExternalSimulator, PolicyRehearsal, RealEnvironment, Replay, Responder
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "ExternalSimulator",
     "FidelityPair",
     "GenerationEngine",
+    "Job",
     "PolicyRehearsal",
     "RealEnvironment",
     "Replay",
@@ -29,6 +30,7 @@ __all__ = [
     "drive",
     "make_engine",
     "make_rollout",
+    "run_together",
     "stop_ids",
     "summarize",
 ]

@@ -129,14 +129,7 @@ class Rollout:
         not on which episodes it was batched with (the same seeds rolled out one at a time sample
         the same tokens, up to float rounding between batch shapes).
         """
-        self.engine.reset_cache()  # the weights may have changed since the last rollout
-        pairs = [(g, task) for g, task in enumerate(tasks) for _ in range(group_size)]
-        if seeds is not None and len(seeds) != len(pairs):
-            raise ValueError(f"{len(pairs)} episodes but {len(seeds)} seeds")
-        drawn = seeds if seeds is not None else torch.randint(0, 2**62, (len(pairs),)).tolist()
-        episodes = [self.start(task, g, seed) for (g, task), seed in zip(pairs, drawn, strict=True)]
-        drive([self.play(ep) for ep in episodes])
-        return episodes
+        return run_together([Job(self, tasks, group_size, seeds)])[0]
 
     def timed(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> RolloutResult:
         """:meth:`run`, with the rollout's counts and the policy engine's throughput."""
@@ -145,6 +138,14 @@ class Rollout:
         episodes = self.run(tasks, group_size, seeds)
         rate = (stats.tokens - tokens) / (stats.seconds - seconds) if stats.seconds > seconds else 0.0
         return RolloutResult(episodes, summarize(episodes, time.perf_counter() - began, rate))
+
+    def start_all(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> list[Episode]:
+        """The episodes of :meth:`run`, started (task-major), each with its random stream."""
+        pairs = [(g, task) for g, task in enumerate(tasks) for _ in range(group_size)]
+        if seeds is not None and len(seeds) != len(pairs):
+            raise ValueError(f"{len(pairs)} episodes but {len(seeds)} seeds")
+        drawn = seeds if seeds is not None else torch.randint(0, 2**62, (len(pairs),)).tolist()
+        return [self.start(task, g, seed) for (g, task), seed in zip(pairs, drawn, strict=True)]
 
     def start(self, task: Task, group: int, seed: int = 0) -> Episode:
         """A fresh episode of ``task``: its system turn, its environments, its random stream, and its
@@ -273,6 +274,28 @@ class Rollout:
 
 
 # --- many episodes at once -------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One rollout's share of :func:`run_together`: ``group_size`` episodes of each of ``tasks``."""
+
+    rollout: Rollout
+    tasks: list[Task]
+    group_size: int = 1
+    seeds: list[int] | None = None
+
+
+def run_together(jobs: list[Job]) -> list[list[Episode]]:
+    """Several rollouts (other responders, other engines) generated as one: their episodes' courses
+    are driven together, so generations of an engine they share batch across them (validation's
+    committed, imagined and gold episodes). Returns each job's episodes, task-major; the same seeds
+    give the same episodes as each rollout run alone."""
+    for engine in {id(job.rollout.engine): job.rollout.engine for job in jobs}.values():
+        engine.reset_cache()  # the weights may have changed since the last rollout
+    started = [job.rollout.start_all(job.tasks, job.group_size, job.seeds) for job in jobs]
+    drive([job.rollout.play(ep) for job, episodes in zip(jobs, started, strict=True) for ep in episodes])
+    return started
+
+
 @dataclass(eq=False)
 class _Running:
     """A course being driven; ``parent``: the course that joined it, waiting for ``left`` of them."""
