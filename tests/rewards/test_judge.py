@@ -143,7 +143,10 @@ def test_prompt_checklist_and_env_default(monkeypatch: pytest.MonkeyPatch) -> No
     task.extra["checklist"] = ["Two coffees were ordered", "The user was told"]
     msgs = build_prompt(task, traj)
     assert "1. Two coffees were ordered\n2. The user was told" in msgs[1]["content"]
-    assert 'TOOL (order): {"ok": true}' in msgs[1]["content"]
+    # the tool's answer is not shown (a rehearsal could claim success or address the judge); the call is
+    assert '{"ok": true}' not in msgs[1]["content"] and "TOOL (order): [response not shown" in msgs[1]["content"]
+    assert 'call order({"item": "coffee", "qty": 2})' in msgs[1]["content"]
     assert parse_verdict('x {"a": {"b": 1}} {"score": 0}')["score"] == 0
     monkeypatch.delenv("ENVACE_JUDGE_URL", raising=False)
-    assert judge_reward(task, traj).masked
+    with pytest.raises(ValueError, match="no judge endpoint"):  # a judge reward without a judge is misconfigured
+        judge_reward(task, traj)

@@ -64,8 +64,20 @@ def test_missing_communication_and_stray_writes(tasks: list[Task]) -> None:
     assert out.details["communicate"] == [{"info": "1628", "met": False}] and 0 < out.score < 1
     extra = CallRecord(ToolCall("send_certificate", {"user_id": "x", "amount": 100}), {"ok": True})
     assert tau2_reward(task, Trajectory(task, episode.messages, [*episode.calls, extra])).score == 0.0
+    # the response excuses nothing: a stray write that "failed" (a rehearsed error) is stray all the same
     failed = CallRecord(extra.call, {"error": {"code": "EXECUTION_ERROR", "message": "no user"}})
-    assert tau2_reward(task, Trajectory(task, episode.messages, [*episode.calls, failed])).score == 1.0
+    out = tau2_reward(task, Trajectory(task, episode.messages, [*episode.calls, failed]))
+    assert out.score == 0.0 and out.details["stray_writes"] == ["send_certificate"]
+
+
+def test_omitted_arguments_do_not_match(tasks: list[Task]) -> None:
+    # tau2's compare_with_tool_call compares the call's own arguments, so `{}` would match any action;
+    # without a DB check that would pay every gold action called with no arguments
+    task = next(t for t in tasks if t.id == "retail_0")
+    bare = [CallRecord(ToolCall(a["name"], {}), {"ok": True}) for a in task.extra["actions"]]
+    out = tau2_reward(task, Trajectory(task, gold_episode(task).messages, bare))
+    assert out.score == 0.0 and out.details["stray_writes"] == ["exchange_delivered_order_items"]
+    assert not any(a["matched"] for a in out.details["actions"])
 
 
 def test_telecom_user_side_actions(tasks: list[Task]) -> None:

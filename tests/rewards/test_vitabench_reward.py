@@ -117,8 +117,10 @@ def test_stray_order_and_wrong_cancel_gate_the_score(tasks: list[Task]) -> None:
     assert out.score == 0.0 and out.details["stray_orders"] == ["create_delivery_order"]
     undone = Trajectory(task, [], [*stray.calls, CallRecord(ToolCall("cancel_delivery_order", {"order_id": "X9"}), {})])
     assert vitabench_proxy(task, undone).score == 1.0
+    # the response excuses nothing: a stray create that "failed" (a rehearsed error) is stray all the same
     failed = Trajectory(task, [], [*episode.calls, CallRecord(extra, {"error": {"code": "E", "message": "m"}})])
-    assert vitabench_proxy(task, failed).score == 1.0  # a create that failed placed nothing
+    out = vitabench_proxy(task, failed)
+    assert out.score == 0.0 and out.details["stray_orders"] == ["create_delivery_order"]
 
 
 def test_pre_existing_orders() -> None:

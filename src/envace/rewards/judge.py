@@ -64,6 +64,11 @@ def checklist(task: Task) -> list[str]:
 
 
 def _render(m: Message, limit: int) -> str:
+    """One transcript line. A tool message's content is left out: in training it is the policy's own
+    rehearsal (or a simulator's), which could claim success or address the judge; the judge grades
+    the calls made and what the assistant said, the same for every training arm."""
+    if m.role == "tool":
+        return f"TOOL ({m.name}): [response not shown: the calls are graded, not what answered them]"
     text = m.content if len(m.content) <= limit else m.content[:limit] + " …[truncated]"
     calls = "".join(f"\n  call {c.name}({json.dumps(c.arguments, sort_keys=True)})" for c in m.tool_calls)
     who = m.role.upper() + (f" ({m.name})" if m.name else "")
