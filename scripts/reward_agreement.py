@@ -5,13 +5,16 @@
     .venv/bin/python scripts/reward_agreement.py --out runs/reward_agreement.json
     .venv/bin/python scripts/reward_agreement.py --model_tasks 0          # scripted episodes only (seconds)
     .venv/bin/python scripts/reward_agreement.py --probes true            # add the probes (docs/rewards.md)
+    .venv/bin/python scripts/reward_agreement.py --per_category 1 --kinds '[extra_write_after]'  # a quick look
 
 Episodes: (a) for ``per_category`` tasks of each BFCL multi-turn category and each perturbation kind
-(:data:`envace.evaluation.agreement.KINDS`), the gold with one perturbation, written by a scripted engine
-into the ordinary rollout loop with the ``RealEnvironment`` responder; (b) ``model_tasks x group_size``
+(:data:`envace.evaluation.agreement.KINDS`; the extra-write kinds that many per API class), the gold with
+one perturbation, written by a scripted engine into the ordinary rollout loop with the ``RealEnvironment``
+responder; (b) ``model_tasks x group_size``
 episodes written by the packaged SmolLM2-135M (compact tools, tasks cut to ``max_user_turns``). Each is
 scored by ``bfcl_multi_turn`` (strict all-turns flag) and by the official checker on its committed calls.
-Prints the 2x2 table, agreement, Cohen's kappa, per-kind counts and every disagreement; ``docs/rewards.md``
+Prints the 2x2 table, agreement, Cohen's kappa, per-kind and per-class counts (``ours_only``: a false
+positive, ours passes what the official checker fails) and every disagreement; ``docs/rewards.md``
 explains them.
 """
 
@@ -28,7 +31,7 @@ from typing import Any
 import jsonargparse
 
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, load_multi_turn
-from envace.evaluation.agreement import KINDS, PROBES, Row, confusion, run_scripted, score_episode, select
+from envace.evaluation.agreement import COUNTS, KINDS, PROBES, Row, confusion, run_scripted, score_episode, select
 from envace.policy import load_tokenizer
 from envace.protocol.render import HermesFormat
 from envace.types import Task
@@ -66,28 +69,35 @@ def model_rows(
     return rows
 
 
+def _table(title: str, counts: dict[str, dict[str, int]]) -> None:
+    print(f"\n{title:30}" + "".join(f"{c:>14}" for c in COUNTS))
+    for name, k in counts.items():
+        print(f"{name:30}" + "".join(f"{k[c]:>14}" for c in COUNTS))
+
+
 def report(rows: list[Row]) -> dict[str, Any]:
-    """Print the table, the per-kind counts and every disagreement; return them as a dict."""
+    """Print the table, the per-kind and per-class counts and every disagreement; return them as a dict."""
     c = confusion(rows)
     m = c["matrix"]
     print(f"N = {c['n']}  agreement = {100 * c['agreement']:.1f} %  kappa = {c['kappa']:.3f}")
     print(f"{'':14}{'official pass':>15}{'official fail':>15}")
     for ours in ("ours_pass", "ours_fail"):
         print(f"{ours:14}{m[ours]['official_pass']:>15}{m[ours]['official_fail']:>15}")
-    print(f"\n{'kind':28}{'n':>4}{'agree':>7}{'ours':>6}{'official':>10}")
-    for kind, k in c["by_kind"].items():
-        print(f"{kind:28}{k['n']:>4}{k['agree']:>7}{k['ours']:>6}{k['official']:>10}")
+    _table("kind", c["by_kind"])
+    _table("API class (extra writes)", c["by_class"])
+    _table("extra write answered", c["by_fate"])
     disagreements = [r for r in rows if not r.agree]
     print(f"\n{len(disagreements)} disagreements:")
     for r in disagreements:
-        print(f"- {r.task_id} [{r.source}/{r.kind}] {r.note}\n    ours={r.ours} turns={r.turns}  official={r.official}"
-              f" {r.error_type or ''}: {r.error_message or ''}")  # fmt: skip
+        print(f"- {r.task_id} [{r.source}/{r.kind}] {r.note}\n    ours={r.ours} turns={r.turns} {r.failures}"
+              f"\n    official={r.official} {r.error_type or ''}: {r.error_message or ''}")  # fmt: skip
     return {**c, "disagreements": [asdict(r) for r in disagreements]}
 
 
 def main(
     per_category: int = 4,
     seed: int = 0,
+    kinds: list[str] | None = None,
     probes: bool = False,
     model_tasks: int = 4,
     group_size: int = 3,
@@ -100,8 +110,10 @@ def main(
     """Run the measurement, print it, and write the JSON to ``out`` when given.
 
     Args:
-        per_category: scripted episodes per perturbation kind and category (each on its own task).
+        per_category: scripted episodes per perturbation kind and category (each on its own task), per
+            API class for the extra-write kinds; the run's size and time scale with it.
         seed: seeds the task draw, the perturbation picks and the model's sampling.
+        kinds: the perturbation kinds to run (default: all of :data:`~envace.evaluation.agreement.KINDS`).
         probes: also run :data:`~envace.evaluation.agreement.PROBES` (known, documented differences).
         model_tasks: tasks the packaged SmolLM2 attempts (0: scripted episodes only).
         group_size: SmolLM2 episodes per task.
@@ -116,14 +128,15 @@ def main(
     torch.set_num_threads(threads)
     began = time.perf_counter()
     tasks = load_multi_turn("all")
-    items = select(tasks, KINDS + (PROBES if probes else ()), per_category, seed)
+    items = select(tasks, tuple(kinds or KINDS) + (PROBES if probes else ()), per_category, seed)
     rows = run_scripted(items, load_tokenizer(), FMT)
     scripted_s = time.perf_counter() - began
     if model_tasks:
         rows += model_rows(tasks, model_tasks, group_size, max_user_turns, max_new_tokens, temperature, seed)
     result = report(rows)
     result["seconds"] = {"scripted": round(scripted_s, 1), "total": round(time.perf_counter() - began, 1)}
-    result["config"] = {"per_category": per_category, "seed": seed, "probes": probes, "model_tasks": model_tasks,
+    result["config"] = {"per_category": per_category, "seed": seed, "kinds": kinds, "probes": probes,
+                        "model_tasks": model_tasks,
                         "group_size": group_size, "max_user_turns": max_user_turns, "max_new_tokens": max_new_tokens,
                         "temperature": temperature}  # fmt: skip
     result["rows"] = [asdict(r) for r in rows]

@@ -8,13 +8,26 @@ import random
 import re
 from collections import Counter
 from functools import cache
+from typing import Any
 
 import pytest
 
 from envace._bfcl import bfcl_module
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment
-from envace.evaluation.agreement import KINDS, READ_ONLY, Perturbation, confusion, perturb, run_scripted, select
+from envace.evaluation.agreement import (
+    BY_CLASS,
+    KINDS,
+    READ_ONLY,
+    Perturbation,
+    _changes_state,
+    _rounds,
+    confusion,
+    perturb,
+    run_scripted,
+    select,
+    write_classes,
+)
 from envace.evaluation.bfcl import official_verdict
 from envace.protocol.render import HermesFormat
 from envace.rewards.bfcl import calls_equivalent, tool_classes
@@ -45,7 +58,9 @@ def test_small_agreement_run(tokenizer) -> None:
     # the unperturbed gold passes both ways, on every category
     gold = [r for r in rows if r.kind == "gold"]
     assert len(gold) == 4 and all(r.ours and r.official and r.n_calls > 0 for r in gold)
-    assert c["by_kind"]["scripted/gold"] == {"n": 4, "agree": 4, "ours": 4, "official": 4}
+    assert c["by_kind"]["scripted/gold"] == {
+        "n": 4, "agree": 4, "ours": 4, "official": 4, "ours_only": 0, "official_only": 0
+    }  # fmt: skip
     # an extra read-only call: both accept it (subsequence / same state and results)
     assert all(r.ours and r.official for r in rows if r.kind == "extra_readonly")
     # a swap of two calls fails our check only where their order can matter (one class, not commuting)
@@ -56,33 +71,82 @@ def test_small_agreement_run(tokenizer) -> None:
             assert r.ours == (owner[names[0]] != owner[names[1]] or not ordered(owner[names[0]], *names)), r
 
 
-@pytest.mark.parametrize("task_id", ["multi_turn_base_3", "multi_turn_base_5", "multi_turn_base_15"])
-def test_each_kind_makes_the_change_it_names(task_id: str) -> None:
-    task = tasks()[task_id]
-    n_gold = sum(map(len, task.gold))
-    for kind in KINDS:
-        p = perturb(task, kind, random.Random(kind))
-        assert p is not None and p.kind == kind, kind
-        flat = [c for turn in p.script for c in turn]
-        if kind == "gold":
-            assert p.script == task.gold
-            continue
-        assert spelled(p.script) != spelled(task.gold), kind
-        changed = [t for t in range(len(task.gold)) if spelled(p.script[t : t + 1]) != spelled(task.gold[t : t + 1])]
-        assert len(changed) == 1, kind  # one perturbation, in one turn
-        gold_turn, new_turn = task.gold[changed[0]], p.script[changed[0]]
-        if kind in ("drop_call",):
-            assert len(flat) == n_gold - 1
-        elif kind in ("duplicate_call", "extra_readonly"):
-            assert len(flat) == n_gold + 1
-        elif kind == "swap_calls":
-            assert Counter(map(hash, new_turn)) == Counter(map(hash, gold_turn))
-        elif kind == "equivalent_value":  # our reward counts the new call as the same call (4.0 is no integer)
-            schemas = {s["name"]: s for s in task.tools_at(changed[0])}
-            assert all(calls_equivalent(g, c, schemas[g.name]) for g, c in zip(gold_turn, new_turn, strict=True))
-        else:  # change_arg, drop_arg, replace_tool: one call differs
-            assert len(new_turn) == len(gold_turn)
-            assert sum(g != c for g, c in zip(gold_turn, new_turn, strict=True)) == 1
+#: for each kind, a task it applies to (the first three apply to every kind of the old mix)
+KIND_TASKS = ["multi_turn_base_3", "multi_turn_base_5", "multi_turn_base_15", "multi_turn_base_70",
+              "multi_turn_long_context_127", "multi_turn_base_20"]  # fmt: skip
+
+
+def _one_change(task: Task, p: Perturbation) -> tuple[list[ToolCall], list[ToolCall]]:
+    """The gold turn and the perturbed turn of the one turn ``p`` changes (moves change two)."""
+    changed = [t for t in range(len(task.gold)) if spelled(p.script[t : t + 1]) != spelled(task.gold[t : t + 1])]
+    assert len(changed) == (2 if p.kind.startswith("move_") else 1), p
+    return task.gold[changed[0]], p.script[changed[0]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_makes_the_change_it_names(kind: str) -> None:
+    found = [(t, p) for t in map(tasks().get, KIND_TASKS) for p in [perturb(t, kind, random.Random(kind), "")]
+             if p is not None]  # fmt: skip
+    if kind in BY_CLASS:  # drawn per class: the class of the call they copy
+        found = [(t, p) for t in map(tasks().get, KIND_TASKS) for c in t.env["involved_classes"]
+                 for p in [perturb(t, kind, random.Random(kind), c)] if p is not None]  # fmt: skip
+    assert found, kind
+    task, p = found[0]
+    assert p.kind == kind
+    if kind == "gold":
+        assert p.script == task.gold
+        return
+    assert spelled(p.script) != spelled(task.gold)
+    gold_turn, new_turn = _one_change(task, p)
+    n_gold, n_new = sum(map(len, task.gold)), sum(map(len, p.script))
+    if kind == "drop_call":
+        assert n_new == n_gold - 1
+    elif kind in ("duplicate_call", "duplicate_write", "extra_readonly", *BY_CLASS):
+        assert n_new == n_gold + 1
+        if kind in BY_CLASS:  # a write with other arguments that changes the state where it runs
+            t, pos = p.added
+            added = p.script[t][pos]
+            assert added.name in {c.name for c in gold_turn} and added not in gold_turn
+            assert _changes_state(task, p.script, t, pos)
+            assert (pos == 0) == (kind == "extra_write_before") and (pos == len(gold_turn)) == (
+                kind == "extra_write_after"
+            )
+    elif kind in ("swap_calls", "same_tool_swap"):
+        assert Counter(map(hash, new_turn)) == Counter(map(hash, gold_turn))
+        if kind == "same_tool_swap":
+            assert len({c.name for c, g in zip(new_turn, gold_turn, strict=True) if c != g}) == 1
+    elif kind == "repeat_turn":
+        assert new_turn == gold_turn + gold_turn
+    elif kind.startswith("move_"):
+        assert n_new == n_gold
+    elif kind == "equivalent_value":  # our reward counts the new call as the same call (4.0 is no integer)
+        t = next(t for t in range(len(task.gold)) if task.gold[t] == gold_turn)
+        schemas = {s["name"]: s for s in task.tools_at(t)}
+        assert all(calls_equivalent(g, c, schemas[g.name]) for g, c in zip(gold_turn, new_turn, strict=True))
+    else:  # argument edits, replace_tool: one call differs
+        assert len(new_turn) == len(gold_turn)
+        assert sum(g != c for g, c in zip(gold_turn, new_turn, strict=True)) == 1
+        if kind == "arg_case":
+            (old, new) = next((g, c) for g, c in zip(gold_turn, new_turn, strict=True) if g != c)
+            assert any(str(v).lower() == str(new.arguments[k]).lower() for k, v in old.arguments.items())
+
+
+def test_extra_writes_are_drawn_in_every_api_class_and_rolled_out_in_rounds() -> None:
+    classes = write_classes()
+    assert set(classes) == {"GorillaFileSystem", "MessageAPI", "TicketAPI", "TradingBot", "TravelAPI",
+                            "TwitterAPI", "VehicleControlAPI"}  # fmt: skip
+    items = select(list(tasks().values()), ("gold", "extra_write_after"), per_category=1, seed=0)
+    drawn = [p for _, p in items if p.kind == "extra_write_after"]
+    assert len(drawn) == 4 * len(classes) and {p.api_class for p in drawn} == set(classes)
+    rounds = _rounds(items)
+    assert sorted(n for r in rounds for n in r) == list(range(len(items)))
+    assert all(len({items[n][0].id for n in r}) == len(r) for r in rounds)
+    noop = perturb(tasks()["multi_turn_base_0"], "noop_write", random.Random(0), "GorillaFileSystem")
+    assert (
+        noop is not None
+        and noop.added is not None
+        and not _changes_state(tasks()["multi_turn_base_0"], noop.script, *noop.added)
+    )
 
 
 def test_kinds_that_do_not_apply_give_none() -> None:
@@ -151,6 +215,58 @@ def test_documented_disagreements(tokenizer, task_id, edit, ours, official) -> N
         assert not task.gold[t]  # a turn whose gold is empty (the missing parameter is asked for)
         script[t] = [ToolCall("pwd")]
     (row,) = run_scripted([(task, Perturbation(what, script, ""))], tokenizer, FMT)
+    assert (row.ours, row.official) == (ours, official), row
+
+
+def _edited(task: Task, t: int, edit: Any) -> list[list[ToolCall]]:
+    script = [list(turn) for turn in task.gold]
+    script[t] = edit(script[t], script)
+    return script
+
+
+def _named(turn: list[ToolCall], name: str) -> ToolCall:
+    return next(c for c in turn if c.name == name)
+
+
+def _with(call: ToolCall, **change: Any) -> ToolCall:
+    return ToolCall(call.name, {**call.arguments, **change})
+
+
+def _moved_first_call_back(turn: list[ToolCall], script: list[list[ToolCall]], t: int) -> list[ToolCall]:
+    script[t - 1].append(turn[0])
+    return turn[1:]
+
+
+# (task, turn, edit of that turn (it may change the others), ours, official): the issue's cases both ways
+CASES = {
+    "lock_after": ("multi_turn_base_51", 0, lambda c, s: [*c, _with(c[0], unlock=True)], False, False),
+    "lock_before": ("multi_turn_base_51", 0, lambda c, s: [_with(c[0], unlock=True), *c], True, True),
+    "fuel_after": ("multi_turn_base_70", 0, lambda c, s: [*c, _with(_named(c, "fillFuelTank"), fuelAmount=11.5)],
+                   False, False),
+    "fuel_before": ("multi_turn_base_70", 0, lambda c, s: [_with(_named(c, "fillFuelTank"), fuelAmount=11.5), *c],
+                    False, False),
+    "lights_after": ("multi_turn_base_50", 0, lambda c, s: [*c, _with(c[1], mode="off")], False, False),
+    "lights_before": ("multi_turn_base_50", 0, lambda c, s: [_with(c[1], mode="off"), *c], True, True),
+    "tweet_twice": ("multi_turn_base_5", 2, lambda c, s: c + c, False, False),
+    "message_twice": ("multi_turn_base_40", 3, lambda c, s: c + c, False, False),
+    "read_moved_back": ("multi_turn_long_context_127", 2, lambda c, s: _moved_first_call_back(c, s, 2), True, True),
+    "cd_moved_back": ("multi_turn_base_1", 2, lambda c, s: _moved_first_call_back(c, s, 2), True, True),
+    "rm_rm_swap": ("multi_turn_long_context_38", 0, lambda c, s: [*c[:22], c[27], *c[23:27], c[22], *c[28:]],
+                   True, True),
+    # remaining disagreements (docs/rewards.md): what the state shows, and the calls alone do not
+    "cp_cp_swap": ("multi_turn_base_3", 1, lambda c, s: [*c[:2], c[3], c[2]], False, True),
+    "tail_more_lines": ("multi_turn_base_20", 0, lambda c, s: [c[0], _with(c[1], lines=2), *c[2:]], False, True),
+    "booking_refused": ("multi_turn_miss_param_174", 0, lambda c, s: [*c, c[2]], False, True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_extra_moved_and_repeated_calls_both_ways(tokenizer, case: str) -> None:
+    task_id, t, edit, ours, official = CASES[case]
+    task = tasks()[task_id]
+    script = _edited(task, t, edit)
+    assert spelled(script) != spelled(task.gold)
+    (row,) = run_scripted([(task, Perturbation(case, script, ""))], tokenizer, FMT)
     assert (row.ours, row.official) == (ours, official), row
 
 

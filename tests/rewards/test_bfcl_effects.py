@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import itertools
+import json
+import random
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -16,7 +18,18 @@ from hypothesis import strategies as st
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment, public_state, to_json
 from envace.rewards.bfcl import _embeds, tool_classes
-from envace.rewards.bfcl_effects import non_idempotent, ordered
+from envace.rewards.bfcl_effects import (
+    _OVERWRITING,
+    FS,
+    UNCALLED,
+    call_effects,
+    conflict,
+    meets,
+    non_idempotent,
+    ordered,
+    overwrites,
+    refused_when_repeated,
+)
 from envace.rewards.bfcl_effects_table import EFFECTS, NON_IDEMPOTENT
 from envace.types import Task, ToolCall
 
@@ -60,24 +73,188 @@ def _run(instance: Any, call: ToolCall) -> Any:
         return f"{type(exc).__name__}: {exc}"
 
 
-def test_pairs_declared_commuting_commute_in_every_gold_state() -> None:
-    """Two adjacent gold calls on one instance that the table lets commute give the same results and
-    the same public state in both orders, from the state the gold reaches before them."""
+def _instances() -> dict[str, Any]:
+    """One instance of each API class, in the state of the first task that involves it."""
+    found: dict[str, Any] = {}
+    for task in tasks():
+        for name, instance in BFCLEnvironment.from_task(task).instances().items():
+            found.setdefault(name, instance)
+    return found
+
+
+def test_uncalled_tools_are_what_their_source_gives() -> None:
+    """:data:`UNCALLED` is the generator's static reading of every tool no gold calls (a random
+    generator it draws from counts as written), and together with the table it covers every tool."""
+    make = generator()
+    for class_name, instance in _instances().items():
+        static = make.static_effects(type(instance))
+        drawn = {k for k, v in vars(instance).items() if isinstance(v, random.Random)}
+        want = {}
+        for tool in sorted(set(tool_classes((class_name,))) - set(EFFECTS.get(class_name, {}))):
+            named, stored = static[tool]
+            want[tool] = (tuple(sorted(named)), tuple(sorted(stored | (named & drawn))))
+        assert want == UNCALLED.get(class_name, {}), class_name
+
+
+def _fingerprint(instance: Any) -> dict[str, str]:
+    """Every attribute, private ones too, as text (a random generator by its state)."""
+    return {k: repr(v.getstate()) if isinstance(v, random.Random) else json.dumps(to_json(v), sort_keys=True)
+            for k, v in vars(instance).items()}  # fmt: skip
+
+
+def test_argument_free_uncalled_tools_write_only_what_they_declare() -> None:
+    docs = {d["name"]: d for t in tasks() for d in t.tools_at(10**9)}
     checked = 0
+    for class_name, instance in _instances().items():
+        for tool, (_, declared) in UNCALLED.get(class_name, {}).items():
+            if tool not in docs or docs[tool]["parameters"].get("required"):
+                continue
+            twin = copy.deepcopy(instance)
+            before = _fingerprint(twin)
+            _run(twin, ToolCall(tool))
+            after = _fingerprint(twin)
+            assert {k for k in before if before[k] != after[k]} <= set(declared), (class_name, tool)
+            checked += 1
+    assert checked > 10
+
+
+def _listing(instance: Any) -> str:
+    """The whole state, private attributes aside, as order-sensitive text (a later ``ls`` lists the
+    entries of a directory in the order they were added)."""
+    return json.dumps(public_state(instance))
+
+
+def test_calls_declared_commuting_commute_in_every_gold_state() -> None:
+    """Two adjacent gold calls on one instance that :func:`conflict` lets commute (by the table, or for
+    the file system by the entries they name) give the same results and the same state, entry order
+    included, in both orders, from the state the gold reaches before them."""
+    checked = {"table": 0, "entries": 0}
     for task in tasks():
         env = BFCLEnvironment.from_task(task)
         owner = tool_classes(tuple(task.env["involved_classes"]))
         for turn in task.gold:
             for a, b in itertools.pairwise([*turn, None]):
-                instance = env.instances()[owner[a.name]]
-                if b is not None and owner[b.name] == owner[a.name] and not ordered(owner[a.name], a.name, b.name):
+                cls = owner[a.name]
+                instance = env.instances()[cls]
+                if b is not None and owner[b.name] == cls and not conflict(cls, a, b):
                     ab, ba = copy.deepcopy(instance), copy.deepcopy(instance)
                     results_ab = [_run(ab, a), _run(ab, b)]
                     results_ba = [_run(ba, b), _run(ba, a)][::-1]
-                    assert results_ab == results_ba and public_state(ab) == public_state(ba), (task.id, a, b)
-                    checked += 1
+                    assert results_ab == results_ba and _listing(ab) == _listing(ba), (task.id, a, b)
+                    checked["table" if not ordered(cls, a.name, b.name) else "entries"] += 1
                 _run(instance, a)
+    assert checked["table"] > 300 and checked["entries"] > 50, checked
+
+
+def test_new_entries_conflict_because_a_listing_shows_their_order() -> None:
+    """Two calls that add entries to one directory leave them listed in another order when swapped
+    (the reason for the ``root+`` key): each gold ``touch``, ``mkdir``, ``cp``, ``mv`` that adds an
+    entry, swapped with a made-up ``touch``, lists the directory otherwise."""
+    checked = 0
+    for task in tasks()[:200]:
+        env = BFCLEnvironment.from_task(task)
+        for call in [c for turn in task.gold for c in turn]:
+            instance = env.instances().get(FS)
+            if instance is not None and call.name in ("touch", "mkdir", "cp", "mv"):
+                new = ToolCall("touch", {"file_name": "zz_new.txt"})
+                ab, ba = copy.deepcopy(instance), copy.deepcopy(instance)
+                for twin, order in ((ab, (call, new)), (ba, (new, call))):
+                    for c in order:
+                        _run(twin, c)
+                if _listing(ab) != _listing(ba):
+                    assert conflict(FS, call, new), (task.id, call)
+                    checked += 1
+            env.execute(call, validate=False)
+    assert checked > 20
+
+
+def test_file_system_keys() -> None:
+    rm, cat = ToolCall("rm", {"file_name": "a"}), ToolCall("cat", {"file_name": "a"})
+    echo = ToolCall("echo", {"content": "x", "file_name": "a"})
+    touch = ToolCall("touch", {"file_name": "a"})
+    assert conflict(FS, rm, cat) and conflict(FS, echo, cat) and conflict(FS, echo, touch)
+    assert not conflict(FS, echo, ToolCall("cat", {"file_name": "b"}))
+    assert conflict(FS, ToolCall("cd", {"folder": "x"}), cat)  # every name is relative to the directory
+    assert call_effects(FS, ToolCall("echo", {"content": "x"})) == (frozenset(), frozenset())  # printed
+    assert meets(frozenset({"root"}), frozenset({"root/a:text"})) and not meets(
+        frozenset({"root/a?"}), frozenset({"root/a:text"})
+    )
+    assert call_effects(FS, ToolCall("rm", {"file_name": 3})) == call_effects(FS, ToolCall("rm"))  # the table's
+
+
+def _variants(call: ToolCall, schema: dict[str, Any]) -> list[ToolCall]:
+    """Other calls of the same tool: each argument given another value of its type."""
+    out = []
+    for k, v in call.arguments.items():
+        desc = str(schema.get("parameters", {}).get("properties", {}).get(k, {}).get("description", ""))
+        enum = json.loads(desc.split("[Enum]: ")[1].split("]")[0] + "]") if "[Enum]: [" in desc else []
+        if isinstance(v, bool):
+            others: list[Any] = [not v]
+        elif isinstance(v, int | float):
+            others = [v / 2, v + 1, 0]
+        elif isinstance(v, str):
+            others = [x for x in enum if x != v] + [v + "_2"]
+        elif isinstance(v, list):
+            others = [v[:i] + v[i + 1 :] for i in range(len(v))] + [[x] for x in enum]
+        else:
+            others = []
+        out += [ToolCall(call.name, {**call.arguments, k: o}) for o in others]
+    return out
+
+
+def test_overwriting_calls_undo_an_earlier_call_of_their_tool_in_every_gold_state() -> None:
+    """Each gold call of a tool in :data:`_OVERWRITING`, run after another call of its tool that it
+    :func:`overwrites`, leaves every attribute, private ones too, and gives the result it gives alone."""
+    checked = 0
+    for task in tasks():
+        env = BFCLEnvironment.from_task(task)
+        owner = tool_classes(tuple(task.env["involved_classes"]))
+        schemas = {d["name"]: d for d in task.tools_at(10**9)}
+        for call in [c for turn in task.gold for c in turn]:
+            cls = owner[call.name]
+            instance = env.instances()[cls]
+            if call.name in _OVERWRITING.get(cls, ()):
+                alone = copy.deepcopy(instance)
+                result = _run(alone, call)
+                for earlier in _variants(call, schemas[call.name]):
+                    if overwrites(cls, earlier, call):
+                        twin = copy.deepcopy(instance)
+                        _run(twin, earlier)
+                        assert _run(twin, call) == result, (task.id, earlier, call)
+                        assert _fingerprint(twin) == _fingerprint(alone), (task.id, earlier, call)
+                        checked += 1
+            _run(instance, call)
     assert checked > 300
+
+
+def test_refused_repeats_write_nothing_whatever_happens_in_between() -> None:
+    """A gold call of a tool that :func:`refused_when_repeated`, run again after any other gold call of
+    its turn (or a made-up write of a file's text, a new file or directory) that writes nothing it
+    reads, changes nothing."""
+    checked = 0
+    for task in tasks():
+        env = BFCLEnvironment.from_task(task)
+        for turn in task.gold:
+            for i, call in enumerate(turn):
+                instance = env.instances().get(FS)
+                effects = call_effects(FS, call)
+                if instance is not None and refused_when_repeated(FS, call.name) and effects is not None:
+                    named = [v for v in call.arguments.values() if isinstance(v, str)]
+                    made_up = [ToolCall("echo", {"content": "zz", "file_name": n}) for n in named]
+                    made_up += [ToolCall("touch", {"file_name": "zz.txt"}), ToolCall("mkdir", {"dir_name": "zz"})]
+                    for other in [*turn[i + 1 :], *made_up]:
+                        other_effects = call_effects(FS, other)
+                        if other_effects is None or meets(other_effects[1], effects[0]):
+                            continue
+                        twin = copy.deepcopy(instance)
+                        _run(twin, call)
+                        _run(twin, other)
+                        before = _listing(twin)
+                        _run(twin, call)
+                        assert _listing(twin) == before, (task.id, call, other)
+                        checked += 1
+                env.execute(call, validate=False)
+    assert checked > 50
 
 
 # a toy class whose order constraints are known: w writes what r reads, x commutes with both

@@ -207,6 +207,7 @@ def hand_task() -> Task:
         tools=[LS, CD, FIND],
         user_turns=["go to docs", "nothing to do", "list all"],
         gold=[[ToolCall("cd", {"folder": "docs"}), ToolCall("ls", {})], [], [ToolCall("ls", {"a": True})]],
+        env={"involved_classes": ["GorillaFileSystem"]},
     )
 
 
@@ -215,7 +216,7 @@ def test_multi_turn_hand_example() -> None:
     gold = [list(t) for t in task.gold]
     r = bfcl_multi_turn(task, traj_of(task, gold))
     assert (r.score, r.success, r.details["turns"]) == (1.0, True, [True, True, True])
-    # extra calls around the gold calls are allowed (subsequence), order is not
+    # extra reads around the gold calls are allowed, a changed order is not
     extra = [
         [ToolCall("ls", {}), ToolCall("cd", {"folder": "docs"}), ToolCall("find", {}), ToolCall("ls", {})],
         [],
@@ -233,6 +234,10 @@ def test_multi_turn_hand_example() -> None:
     assert bfcl_multi_turn(task, Trajectory(task, [])).score == 0.0
     # an episode that stopped after turn 0: unreached turns fail
     assert bfcl_multi_turn(task, traj_of(task, gold[:1])).details["turns"] == [True, False, False]
+    # a tool of no known API class may do anything: as an extra call it fails the turn
+    alien = Task(**{**vars(task), "env": None})
+    assert not bfcl_multi_turn(alien, traj_of(alien, extra)).details["turns"][0]
+    assert bfcl_multi_turn(alien, traj_of(alien, gold)).success
 
 
 def test_argument_equivalence_rules() -> None:
@@ -335,16 +340,112 @@ def test_repeated_side_effects_fail_unless_the_gold_repeats_them() -> None:
     assert order.name == "place_order"
     twice = _with_turn(task, 2, [order, *task.gold[2]])
     assert bfcl_multi_turn(task, traj_of(task, twice)).details["turns"][2] is False
-    # a read-only call in between changes nothing; a call that writes what place_order reads
-    # (a fund transfer) may have been the fix before a retry, so the repeat is allowed
+    # with a read in between, or a transfer (no "retry" exception: the first order went through)
     quote = ToolCall("get_stock_info", {"symbol": order.arguments["symbol"]})
     assert not bfcl_multi_turn(task, traj_of(task, _with_turn(task, 2, [order, quote, *task.gold[2]]))).success
     fund = ToolCall("fund_account", {"amount": 10.0})
-    assert bfcl_multi_turn(task, traj_of(task, _with_turn(task, 2, [order, fund, *task.gold[2]]))).details["turns"][2]
+    assert not bfcl_multi_turn(task, traj_of(task, _with_turn(task, 2, [order, fund, *task.gold[2]]))).success
     # an idempotent call repeated is harmless: lockDoors twice (multi_turn_base_84, turn 0)
     task = multi_turn()["multi_turn_base_84"]
     lock = next(c for c in task.gold[0] if c.name == "lockDoors")
     assert bfcl_multi_turn(task, traj_of(task, _with_turn(task, 0, [lock, *task.gold[0]]))).success
+
+
+def _failure(task: Task, t: int, calls: list[ToolCall]) -> str:
+    """Why turn ``t`` fails when it makes ``calls`` (the gold elsewhere), "" when it passes."""
+    r = bfcl_multi_turn(task, traj_of(task, _with_turn(task, t, calls)))
+    assert r.details["turns"][:t] + r.details["turns"][t + 1 :] == [True] * (len(task.gold) - 1)
+    return next((f for f in r.details["failures"] if f.startswith(f"turn {t}:")), "")
+
+
+@pytest.mark.parametrize(
+    ("task_id", "tool", "change"),
+    [  # the issue's three false positives: the gold, then the same tool with another argument
+        ("multi_turn_base_51", "lockDoors", {"unlock": True}),  # gold unlock=False
+        ("multi_turn_base_70", "fillFuelTank", {"fuelAmount": 11.5}),  # gold 10
+        ("multi_turn_base_50", "setHeadlights", {"mode": "off"}),  # gold "on"
+    ],
+)
+def test_an_extra_write_with_other_arguments_fails_the_turn(task_id: str, tool: str, change: dict[str, Any]) -> None:
+    task = multi_turn()[task_id]
+    t, gold = next((t, c) for t, turn in enumerate(task.gold) for c in turn if c.name == tool)
+    extra = ToolCall(tool, {**gold.arguments, **change})
+    assert "extra call that changes the state" in _failure(task, t, [*task.gold[t], extra])
+    assert _failure(task, t, list(task.gold[t])) == ""
+    # right before the gold call too, unless the gold call replaces what it wrote (the headlights, the
+    # same doors locked); fuel adds up
+    at = task.gold[t].index(gold)
+    before = _failure(task, t, [*task.gold[t][:at], extra, *task.gold[t][at:]])
+    assert (before == "") == (tool != "fillFuelTank"), before
+
+
+def test_extra_reads_and_idempotent_repeats_still_pass() -> None:
+    task = multi_turn()["multi_turn_base_70"]  # VehicleControlAPI: fill, park, lock, brake, start
+    turn = list(task.gold[0])
+    reads = [ToolCall("check_tire_pressure"), ToolCall("displayCarStatus", {"option": "fuel"})]
+    assert _failure(task, 0, [reads[0], *turn[:3], reads[1], *turn[3:], *reads]) == ""
+    lock = next(c for c in turn if c.name == "lockDoors")
+    assert _failure(task, 0, [*turn, lock]) == ""  # the doors are locked already: nothing changes
+    # a repeat is no longer harmless once a call in between wrote what it touches
+    unlock = ToolCall("lockDoors", {**lock.arguments, "unlock": True})
+    assert _failure(task, 0, [*turn, unlock, lock]) != ""
+
+
+@pytest.mark.parametrize(("task_id", "turn"), [("multi_turn_base_5", 2), ("multi_turn_base_40", 3)])
+def test_a_turn_written_twice_fails_on_its_non_idempotent_write(task_id: str, turn: int) -> None:
+    # authenticate_twitter + post_tweet, message_login + send_message: the login in between is no retry
+    task = multi_turn()[task_id]
+    calls = list(task.gold[turn])
+    assert calls[-1].name in ("post_tweet", "send_message")
+    assert "changes the state" in _failure(task, turn, calls + calls)
+    assert "changes the state" in _failure(task, turn, [*calls, calls[-1]])
+
+
+def test_a_call_made_in_an_earlier_turn_may_stand_for_a_gold_call() -> None:
+    # long_context_127: turn 2 opens with get_stock_info, a read nothing in turn 1 changes
+    task = multi_turn()["multi_turn_long_context_127"]
+    quote = task.gold[2][0]
+    assert quote.name == "get_stock_info"
+    script = [list(t) for t in task.gold]
+    script[1].append(script[2].pop(0))
+    assert bfcl_multi_turn(task, traj_of(task, script)).success
+    # base_1: turn 2 is cd(archive), grep(...); the cd at the end of turn 1 leaves the state compared
+    # there alone (the current directory is private) and the grep runs where the gold's does
+    task = multi_turn()["multi_turn_base_1"]
+    script = [list(t) for t in task.gold]
+    script[1].append(script[2].pop(0))
+    assert bfcl_multi_turn(task, traj_of(task, script)).success
+    # ... but not before turn 1's own mv, which would then run in the archive
+    script = [list(t) for t in task.gold]
+    script[1].insert(1, script[2].pop(0))
+    assert bfcl_multi_turn(task, traj_of(task, script)).details["turns"] == [True, False, False, True]
+    # a write moved earlier changes the state compared after turn 0: both turns fail
+    task = multi_turn()["multi_turn_base_0"]
+    script = [list(t) for t in task.gold]
+    script[2].append(script[3].pop(1))  # mv(previous_report.pdf, temp)
+    assert bfcl_multi_turn(task, traj_of(task, script)).details["turns"] == [True, True, False, False]
+    # a turn with gold calls and no call of its own fails, as bfcl-eval's checker has it
+    script = [list(t) for t in task.gold]
+    script[1] += script[2]
+    script[2] = []
+    assert bfcl_multi_turn(task, traj_of(task, script)).details["failures"] == ["turn 2: no call"]
+
+
+def test_file_system_calls_on_other_entries_commute() -> None:
+    task = multi_turn()["multi_turn_base_3"]  # turn 1: cd, cd, cp(test_image1.jpg), cp(test_document.txt)
+    turn = list(task.gold[1])
+    assert [c.name for c in turn] == ["cd", "cd", "cp", "cp"]
+    # two copies into one directory: whether it is one is state, and a later ls shows their order
+    assert _failure(task, 1, [*turn[:2], turn[3], turn[2]]) != ""
+    rm = [ToolCall("rm", {"file_name": n}) for n in ("a.txt", "b.txt")]
+    assert _failure(task, 1, [*turn, *rm]) != ""  # extra removals change the state
+    gold = [[*g, *rm] if i == 1 else list(g) for i, g in enumerate(task.gold)]
+    swapped = Task(**{**vars(task), "gold": gold})
+    assert bfcl_multi_turn(swapped, traj_of(swapped, [*gold[:1], [*turn, *rm[::-1]], *gold[2:]])).success
+    touch = [ToolCall("touch", {"file_name": n}) for n in ("a.txt", "b.txt")]
+    gold = [[*g, *touch] if i == 1 else list(g) for i, g in enumerate(task.gold)]
+    created = Task(**{**vars(task), "gold": gold})  # the order of new entries shows in a later ls
+    assert not bfcl_multi_turn(created, traj_of(created, [*gold[:1], [*turn, *touch[::-1]], *gold[2:]])).success
 
 
 # --------------------------------------------------------------------------- registry
@@ -366,15 +467,14 @@ def test_registry_and_dispatch() -> None:
     assert compute_reward(mt, traj_of(mt, mt.gold)).score == 1.0
 
 
-def test_compute_reward_masks_a_failing_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compute_reward_names_a_failing_reward(monkeypatch: pytest.MonkeyPatch) -> None:
     import envace.rewards
+    from envace.rewards import RewardError
 
     def boom(task: Task, traj: Trajectory) -> Any:
         raise KeyError("gold")
 
     monkeypatch.setattr(envace.rewards, "get_reward", lambda name: boom)
     task = hand_task()
-    with pytest.raises(KeyError):
-        compute_reward(task, traj_of(task, task.gold), strict=True)
-    out = compute_reward(task, traj_of(task, task.gold))
-    assert out.masked and "KeyError" in out.details["error"]
+    with pytest.raises(RewardError, match="reward 'bfcl-multi-turn' raised on task 'mt': KeyError"):
+        compute_reward(task, traj_of(task, task.gold))

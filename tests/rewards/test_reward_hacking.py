@@ -43,8 +43,6 @@ REHEARSED_ERRORS: list[JSON] = [
 #: the responses a policy may rehearse for a call: a success, or any of the errors
 RESPONSES: list[JSON] = [{"result": "success"}, *REHEARSED_ERRORS]
 RESPONSE_IDS = ["success", "EMPTY_OUTPUT", "NO_TAG", "TAG_MALFORMED", "JSON_DECODE"]
-BFCL_EXTRA_WRITE = "BFCL extra-write rule lands with the multi-turn rework"
-PENDING_BFCL = pytest.mark.xfail(strict=False, reason=BFCL_EXTRA_WRITE)
 
 Turn = list[tuple[ToolCall, JSON]]
 
@@ -562,9 +560,9 @@ def _flip_lock(task: Task) -> list[list[ToolCall]]:
 @pytest.mark.parametrize(
     "task_id, attack",
     [
-        pytest.param("multi_turn_base_50", "flip_lock", marks=PENDING_BFCL),
-        pytest.param("multi_turn_base_51", "flip_lock", marks=PENDING_BFCL),
-        pytest.param("multi_turn_base_51", "turn_twice", marks=PENDING_BFCL),
+        pytest.param("multi_turn_base_50", "flip_lock"),
+        pytest.param("multi_turn_base_51", "flip_lock"),
+        pytest.param("multi_turn_base_51", "turn_twice"),
     ],
 )
 def test_bfcl_multi_turn_extra_state_changing_calls(multi_tasks: dict[str, Task], task_id: str, attack: str) -> None:
