@@ -15,20 +15,10 @@ import pytest
 from envace._bfcl import bfcl_module
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment
-from envace.evaluation.agreement import (
-    BY_CLASS,
-    KINDS,
-    READ_ONLY,
-    Perturbation,
-    _changes_state,
-    _rounds,
-    confusion,
-    perturb,
-    run_scripted,
-    select,
-    write_classes,
-)
+from envace.evaluation.agreement import _rounds, confusion, run_scripted, select, write_classes
 from envace.evaluation.bfcl import official_verdict
+from envace.evaluation.perturb import BY_CLASS, KINDS, Perturbation, _changes_state, perturb
+from envace.evaluation.perturb_calls import READ_ONLY
 from envace.protocol.render import HermesFormat
 from envace.rewards.bfcl import calls_equivalent, tool_classes
 from envace.rewards.bfcl_effects import ordered

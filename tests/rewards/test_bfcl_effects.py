@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment, public_state, to_json
-from envace.rewards.bfcl import _embeds, tool_classes
+from envace.rewards.bfcl import tool_classes
 from envace.rewards.bfcl_effects import (
     _OVERWRITING,
     FS,
@@ -31,6 +31,7 @@ from envace.rewards.bfcl_effects import (
     refused_when_repeated,
 )
 from envace.rewards.bfcl_effects_table import EFFECTS, NON_IDEMPOTENT
+from envace.rewards.bfcl_turns import _embeds
 from envace.types import Task, ToolCall
 
 GENERATOR = Path(__file__).resolve().parents[2] / "scripts" / "make_bfcl_effects_table.py"

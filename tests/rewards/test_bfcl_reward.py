@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from envace.rewards import REWARDS, compute_reward, get_reward, reward_for, reward_name
-from envace.rewards.bfcl import bfcl_multi_turn, bfcl_single_turn, calls_equivalent, calls_per_turn
+from envace.rewards.bfcl import bfcl_single_turn, calls_equivalent, calls_per_turn
+from envace.rewards.bfcl_turns import bfcl_multi_turn
 from envace.types import Message, Task, ToolCall, Trajectory
 
 # --------------------------------------------------------------------------- helpers

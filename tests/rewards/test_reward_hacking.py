@@ -485,7 +485,6 @@ def test_bfcl_single_turn_attacks(single_tasks: dict[str, Task], task_id: str) -
         assert_not_hacked(task, gold_episode, _single_episode(task, steps), False)
 
 
-@pytest.mark.xfail(strict=False, reason="bfcl_single_turn reads every act step, the evaluation only the first")
 def test_bfcl_single_turn_parallel_calls_split_over_act_steps(single_tasks: dict[str, Task]) -> None:
     """BFCL's single-turn answer is the first act step (envace's evaluation runs one step); a policy
     that writes the parallel calls one per step, with a rehearsed response between, fails there."""

@@ -34,7 +34,7 @@ RewardFn = Callable[[Task, Trajectory], RewardOutput]
 
 REWARDS: dict[str, str] = {
     "bfcl-single-turn": "envace.rewards.bfcl:bfcl_single_turn",
-    "bfcl-multi-turn": "envace.rewards.bfcl:bfcl_multi_turn",
+    "bfcl-multi-turn": "envace.rewards.bfcl_turns:bfcl_multi_turn",
     "tau2": "envace.rewards.tau2:tau2_reward",
     "toolf1": "envace.rewards.toolf1:tool_f1",
     "vitabench": "envace.rewards.vitabench:vitabench_proxy",
