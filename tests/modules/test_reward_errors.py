@@ -3,7 +3,6 @@ reward (the traceback chained); a reward that cannot be computed masks the episo
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -46,4 +45,3 @@ def test_a_reward_bug_stops_fit_naming_step_task_and_reward(tmp_path: Path, monk
     message = str(info.value)
     assert message.startswith("step 1: reward 'bfcl-multi-turn' raised on task 'multi_turn_base_")
     assert "KeyError" in message and isinstance(info.value.__cause__, KeyError)
-    assert os.getcwd() == str(tmp_path)

@@ -6,6 +6,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from envace.callbacks.rollout import log_scalars
 from envace.metrics.fidelity import FidelityTracker
 
 
@@ -43,9 +44,5 @@ class RehearsalFidelity(pl.Callback):
                 values = {k: v for k, v in values.items() if "/tool/" not in k}
             # an epoch without pairs (no calls were made) has no fidelity: log the count only, not NaN
             scalars = {k: float(v) for k, v in values.items() if not bool(v.isnan())}
-            if trainer.sanity_checking:  # the step-0 pass: Lightning's log is silent there
-                for logger in trainer.loggers:
-                    logger.log_metrics(scalars, step=trainer.global_step)
-            else:
-                pl_module.log_dict(scalars, sync_dist=False)
+            log_scalars(trainer, pl_module, scalars, sync=False)  # compute() is already global
             tracker.reset()

@@ -39,7 +39,7 @@ def reward_metrics(episodes: list[Episode], rewards: list[RewardOutput], prefix:
     return out
 
 
-def act_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
+def act_metrics(episodes: list[Episode], prefix: str = "act/") -> dict[str, float]:
     """How close the act role comes to the gold, below all-or-nothing success: the mean tool-name F1
     (:func:`~envace.rewards.toolf1.tool_f1`) of the calls an episode made against its task's gold
     calls, over episodes whose task has gold, per benchmark and over all.
@@ -48,8 +48,8 @@ def act_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
     >>> from types import SimpleNamespace as NS
     >>> gold = [[ToolCall("cd", {"folder": "a"}), ToolCall("ls")]]
     >>> ep = NS(task=Task("t", "bfcl", gold=gold), trajectory=lambda: NS(calls=[CallRecord(ToolCall("ls"), {})]))
-    >>> act_metrics([ep], prefix="val_")  # 1 of 2 gold names called, 1 of 1 calls right: F1 = 2/3
-    {'act/val_tool_f1/bfcl': 0.6666666666666666, 'act/val_tool_f1/all': 0.6666666666666666}
+    >>> act_metrics([ep], prefix="val/committed/act_")  # 1 of 2 gold names called, 1 of 1 calls right: F1 = 2/3
+    {'val/committed/act_tool_f1/bfcl': 0.6666666666666666, 'val/committed/act_tool_f1/all': 0.6666666666666666}
     """
     by: dict[str, list[float]] = defaultdict(list)
     for ep in episodes:
@@ -57,7 +57,7 @@ def act_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
             f1 = tool_f1(ep.task, ep.trajectory()).score or 0.0
             by[ep.task.benchmark].append(f1)
             by["all"].append(f1)
-    return {f"act/{prefix}tool_f1/{b}": sum(v) / len(v) for b, v in sorted(by.items(), key=lambda kv: kv[0] == "all")}
+    return {f"{prefix}tool_f1/{b}": sum(v) / len(v) for b, v in sorted(by.items(), key=lambda kv: kv[0] == "all")}
 
 
 def group_metrics(episodes: list[Episode], rewards: list[RewardOutput]) -> dict[str, float]:
@@ -103,13 +103,44 @@ def transcript_markdown(episode: Episode, max_chars: int = 6000) -> str:
     return "```\n" + cut.replace("```", "'''") + "\n```"
 
 
+def _by_benchmark(episodes: list[Episode], values: list[Any]) -> dict[str, list[Any]]:
+    """``values`` (one per episode) grouped by the episode's benchmark, then ``all`` last."""
+    by: dict[str, list[Any]] = defaultdict(list)
+    for ep, v in zip(episodes, values, strict=True):
+        by[ep.task.benchmark].append(v)
+        by["all"].append(v)
+    return {b: by[b] for b in sorted(by, key=lambda b: b == "all")}
+
+
+def proxy_metrics(episodes: list[Episode], proxy: list[RewardOutput], family: str) -> dict[str, float]:
+    """``val/<family>/proxy_score|proxy_success/<benchmark>`` over the episodes the training proxy
+    could score, and ``val/<family>/proxy_masked``. On ``imagined`` episodes (the policy answered its
+    own calls) the proxy is biased toward self-rehearsal: for comparison with the committed figures.
+
+    >>> from envace.types import Task
+    >>> from types import SimpleNamespace as NS
+    >>> out = proxy_metrics([NS(task=Task("a", "bfcl"))], [RewardOutput(1.0, True)], "imagined")
+    >>> out["val/imagined/proxy_score/bfcl"], out["val/imagined/proxy_masked"]
+    (1.0, 0.0)
+    """
+    out: dict[str, float] = {}
+    for bench, rewards in _by_benchmark(episodes, proxy).items():
+        scored = [p for p in rewards if not p.masked]
+        if scored:
+            out[f"val/{family}/proxy_score/{bench}"] = sum(p.score or 0.0 for p in scored) / len(scored)
+            out[f"val/{family}/proxy_success/{bench}"] = sum(p.success for p in scored) / len(scored)
+    out[f"val/{family}/proxy_masked"] = float(sum(p.masked for p in proxy))
+    return out
+
+
 def committed_metrics(
     episodes: list[Episode], official: list[RewardOutput | None], proxy: list[RewardOutput]
 ) -> dict[str, float]:
     """``val/committed/*``: episodes the policy played against the real environment, scored by the
     benchmark's official checker (``official_*``; BFCL multi-turn also per turn, ``turn_score``) and
-    by the training proxy (``proxy_*``), and the gap between the two over episodes that have both
-    (``proxy_gap``: positive when the proxy pays what the official checker does not).
+    by the training proxy (``proxy_*``, :func:`proxy_metrics`), and the gap between the two over
+    episodes that have both (``proxy_gap``: positive when the proxy pays what the official checker
+    does not).
 
     >>> from envace.types import Task
     >>> from types import SimpleNamespace as NS
@@ -119,17 +150,8 @@ def committed_metrics(
     >>> [out[f"val/committed/{k}/bfcl"] for k in ("official_success", "proxy_gap", "turn_score")]
     [0.5, 0.5, 0.75]
     """
-    out: dict[str, float] = {}
-    by: dict[str, list[tuple[RewardOutput | None, RewardOutput]]] = defaultdict(list)
-    for ep, o, p in zip(episodes, official, proxy, strict=True):
-        by[ep.task.benchmark].append((o, p))
-        by["all"].append((o, p))
-    for bench in sorted(by, key=lambda b: b == "all"):
-        pairs = by[bench]
-        scored = [p for _, p in pairs if not p.masked]
-        if scored:
-            out[f"val/committed/proxy_score/{bench}"] = sum(p.score or 0.0 for p in scored) / len(scored)
-            out[f"val/committed/proxy_success/{bench}"] = sum(p.success for p in scored) / len(scored)
+    out = proxy_metrics(episodes, proxy, "committed")
+    for bench, pairs in _by_benchmark(episodes, list(zip(official, proxy, strict=True))).items():
         both = [(o, p) for o, p in pairs if o is not None and not o.masked]
         if both:
             out[f"val/committed/official_score/{bench}"] = sum(o.score or 0.0 for o, _ in both) / len(both)
@@ -141,37 +163,21 @@ def committed_metrics(
             if turns:
                 out[f"val/committed/turn_score/{bench}"] = sum(turns) / len(turns)
     out["val/committed/official_masked"] = float(sum(o is not None and o.masked for o in official))
-    out["val/committed/proxy_masked"] = float(sum(p.masked for p in proxy))
     return out
 
 
-def imagined_metrics(episodes: list[Episode], proxy: list[RewardOutput]) -> dict[str, float]:
-    """``val/imagined/proxy_*``: the training proxy on episodes whose calls the policy answered itself
-    (biased toward self-rehearsal: for comparison with the committed figures only).
-
-    >>> from envace.types import Task
-    >>> from types import SimpleNamespace as NS
-    >>> imagined_metrics([NS(task=Task("a", "bfcl"))], [RewardOutput(1.0, True)])["val/imagined/proxy_score/bfcl"]
-    1.0
-    """
-    out = reward_metrics(episodes, proxy, prefix="val_imagined_")
-    renamed = {"reward/val_imagined_masked": "val/imagined/proxy_masked"}
-    return {
-        renamed.get(k, k.replace("reward/val_imagined_", "val/imagined/proxy_score/").replace(
-            "success/val_imagined_", "val/imagined/proxy_success/")): v
-        for k, v in out.items()
-    }  # fmt: skip
-
-
-def log_scalars(trainer: pl.Trainer, pl_module: pl.LightningModule, scalars: dict[str, float], n: int) -> None:
+def log_scalars(
+    trainer: pl.Trainer, pl_module: pl.LightningModule, scalars: dict[str, float], n: int = 1, sync: bool = True
+) -> None:
     """Log ``scalars`` at the current step; also in the sanity pass before training (step 0: the
     configs run the whole validation there, ``num_sanity_val_steps: -1``), where Lightning's own
-    ``log`` is silent, straight to the loggers (that pass runs on one process's data)."""
+    ``log`` is silent, straight to the loggers (that pass runs on one process's data). ``sync``:
+    average over processes (off for figures that are already global, torchmetrics' ``compute``)."""
     if trainer.sanity_checking:
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
     else:
-        pl_module.log_dict(scalars, batch_size=max(n, 1), sync_dist=True)
+        pl_module.log_dict(scalars, batch_size=max(n, 1), sync_dist=sync)
 
 
 class RolloutLogger(pl.Callback):
@@ -209,8 +215,8 @@ class RolloutLogger(pl.Callback):
         imagined = [e for out in self._val for e in out["imagined"]]
         imagined_proxy = [p for out in self._val for p in out["imagined_proxy"]]
         scalars = committed_metrics(committed, official, proxy)
-        scalars |= {k.replace("act/val_", "val/committed/act_"): v for k, v in act_metrics(committed, "val_").items()}
-        scalars |= imagined_metrics(imagined, imagined_proxy)
+        scalars |= act_metrics(committed, prefix="val/committed/act_")
+        scalars |= proxy_metrics(imagined, imagined_proxy, "imagined")
         log_scalars(trainer, pl_module, scalars, len(committed))
         experiment: Any = getattr(trainer.logger, "experiment", None)
         if hasattr(experiment, "add_text"):

@@ -32,7 +32,7 @@ from envace.data.batch import StepBatch, collate_episodes
 from envace.data.grounding import DONE_TEXT, ground
 from envace.data.sources import SourceSpec
 from envace.protocol.render import ChatFormat, ToolStyle, make_format
-from envace.protocol.tokens import NEW_TOOLS, EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
+from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
 from envace.types import CallRecord, Message, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -281,10 +281,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         added at the first turn, the first user turn (none when a simulator writes it)."""
         ep = EpisodeBuilder(self.encoder, self.fmt)
         ep.system(task.system_prompt, task.tools)
-        if task.user_turns:
-            ep.user_turn(task, 0, task.user_turns[0])
-        elif task.tools_added.get("0"):
-            ep.context(self.fmt.system(NEW_TOOLS, task.tools_added["0"]))
+        ep.user_turn(task, 0, task.user_turns[0] if task.user_turns else None)
         return len(ep)
 
     # -- setup ---------------------------------------------------------------------------------

@@ -105,13 +105,17 @@ class EpisodeBuilder:
     def user(self, content: str) -> slice:
         return self.context(self.fmt.user(content))
 
-    def user_turn(self, task: Task, turn: int, text: str) -> slice:
+    def user_turn(self, task: Task, turn: int, text: str | None) -> slice:
         """User turn ``turn`` of ``task``: the tools the task adds at that turn (a system turn), then
-        the user's ``text`` — the one place the prompt of a turn is built (rollout, warm start, sizing)."""
+        the user's ``text`` (``None``: not known yet, a simulator writes it) — the one place the prompt
+        of a turn is built (rollout, warm start, sizing). Returns the span of what was appended."""
+        start = len(self.ids)
         added = task.tools_added.get(str(turn))
         if added:
             self.context(self.fmt.system(NEW_TOOLS, added))
-        return self.user(text)
+        if text is not None:
+            self.user(text)
+        return slice(start, len(self.ids))
 
     def text(self) -> str:
         return str(self.encode.tokenizer.decode(self.ids, skip_special_tokens=False))
