@@ -97,6 +97,16 @@ def test_results_round_trip(value) -> None:
     assert parse_rehearsal(render_result(value)) == value
 
 
+def test_tags_inside_json_strings_round_trip() -> None:
+    """A response or argument holding our own tags (hypothesis found ``{"<execution_result>": None}``)
+    reads back as itself, not as a second tag."""
+    for value in ({"<execution_result>": None}, ["</execution_result>", "<tool_call>"]):
+        assert parse_rehearsal(render_result(value)) == value
+    call = ToolCall("echo", {"text": "<tool_call>{}</tool_call> <execution_result>"})
+    parsed = parse_act(render_call(call), None)
+    assert parsed.calls == [call] and parsed.n_errors == 0
+
+
 def test_call_errors_have_stable_codes() -> None:
     def code(text: str) -> str:
         return parse_act(text, TOOLS).errors[0]["error"]["code"]

@@ -256,7 +256,9 @@ def parse_rehearsal(text: str) -> JSON:
     if start < 0:
         return error_observation(RehearsalError.NO_TAG, f"no {RESULT_OPEN} tag")
     end = text.find(RESULT_CLOSE, start)
-    if end < 0 or text.count(RESULT_OPEN) != 1:
+    # a second result after the first one's close tag; an opening tag inside the JSON (a string
+    # holding it) is the value's own text, since a close tag cannot occur in the rendered JSON
+    if end < 0 or RESULT_OPEN in text[end:]:
         return error_observation(RehearsalError.TAG_MALFORMED, f"expected one {RESULT_OPEN}…{RESULT_CLOSE}")
     body = text[start + len(RESULT_OPEN) : end].strip()
     try:
