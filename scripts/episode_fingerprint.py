@@ -41,11 +41,16 @@ if NEW_API:
                            max_rehearse_tokens=RESPONSE_TOKENS)  # fmt: skip
 
 
+PROMPT_ARG = "prompt" in ExternalSimulator.__init__.__code__.co_varnames  # inline by default since the arms issue
+
+
 def rehearsal(engine: Any = None) -> Any:
     return PolicyRehearsal(engine=engine) if NEW_API else PolicyRehearsal(RESPONSE_TOKENS, engine=engine)
 
 
 def simulator(engine: Any, tok: Any) -> Any:
+    if PROMPT_ARG:
+        return ExternalSimulator(engine, tokenizer=tok, prompt="separate")  # the simulator prompt, as before
     if NEW_API:
         return ExternalSimulator(engine=engine, tokenizer=tok)
     return ExternalSimulator(max_new_tokens=RESPONSE_TOKENS, engine=engine, tokenizer=tok)

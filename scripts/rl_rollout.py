@@ -7,7 +7,7 @@ several task pairs (the order of the two sides alternates). Prints one JSON obje
 generated tokens, model forwards, generation seconds and tokens/s of each side, the episodes both
 sides wrote token for token, and the median ratio.
 
-    .venv/bin/python scripts/rl_rollout.py --checkpoint runs/bfcl/checkpoints/last.ckpt --pairs 6
+    .venv/bin/python scripts/rl_rollout.py --checkpoint runs/bfcl/envace/checkpoints/last.ckpt --pairs 6
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT_CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "eval" not in p.parts and "fsdp" not in p.parts)
+OVERLAYS = ("eval", "fsdp", "arms")  # eval configs; overlays on a fit config (tested composed, below)
+FIT_CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not set(OVERLAYS) & set(p.parts))
+ARMS = sorted(p.stem for p in (ROOT / "configs" / "arms").glob("*.yaml"))
 
 
 def _envace(*args: str) -> subprocess.CompletedProcess[str]:
@@ -50,3 +52,32 @@ def test_fsdp_config_composes_with_a_base_config() -> None:
 def test_bad_config_value_is_a_clear_error() -> None:
     out = _envace("fit", "--config", "configs/smoke.yaml", "--model.init_args.group_size", "many", "--print_config")
     assert out.returncode != 0 and "group_size" in out.stderr
+
+
+@pytest.mark.parametrize("base", ["bfcl", "tau2"])
+@pytest.mark.parametrize("arm", ARMS)
+def test_every_arm_composes_with_a_base_config(base: str, arm: str) -> None:
+    """Each arm overlay (configs/arms/) on the BFCL and tau2 configs: the arm's setting and nothing
+    else changes (the same data, limits, sampling and steps), and its run writes to its own folder."""
+    from envace.cli import lightning_cli
+    from envace.modules.simulator import SimulatorSpec
+    from envace.rollout import PolicyRehearsal, RealEnvironment
+
+    text = (ROOT / "configs" / "arms" / f"{arm}.yaml").read_text()
+    assert text.startswith("#") and f"configs/arms/{arm}.yaml" in text.split("\n\n")[0]
+    plain = lightning_cli(["--config", f"configs/{base}.yaml"], run=False)
+    cli = lightning_cli(["--config", f"configs/{base}.yaml", "--config", f"configs/arms/{arm}.yaml"], run=False)
+    model, ref = cli.model, plain.model
+    assert cli.trainer.logger.version == arm and cli.trainer.max_steps == plain.trainer.max_steps
+    assert (model.limits, model.sampling, model.warm_start_steps) == (ref.limits, ref.sampling, ref.warm_start_steps)
+    weights = model.loss.role_weights
+    expected = {
+        "envace": (PolicyRehearsal, None, False, {"act": 1.0, "rehearse": 1.0}),
+        "real_env": (RealEnvironment, None, False, weights),
+        "simulator": (PolicyRehearsal, SimulatorSpec("warm_start", trainable=False), False, weights),
+        "separate": (PolicyRehearsal, SimulatorSpec("policy", trainable=True), False, weights),
+        "sft_only": (PolicyRehearsal, None, True, weights),
+        "act_loss_only": (PolicyRehearsal, None, False, {"act": 1.0, "rehearse": 0.0}),
+        "rehearse_loss_only": (PolicyRehearsal, None, False, {"act": 0.0, "rehearse": 1.0}),
+    }[arm]
+    assert (type(model.responder), model.simulator_spec, model.warm_start_only, dict(weights)) == expected

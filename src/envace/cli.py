@@ -1,10 +1,11 @@
-"""``envace``: LightningCLI for ``fit | validate | test``, plus the ``data``, ``show``, ``evaluate``
-and ``bench`` commands.
+"""``envace``: LightningCLI for ``fit | validate | test``, plus the ``data``, ``show``, ``evaluate``,
+``bench`` and ``export`` commands.
 
     envace fit --config configs/bfcl.yaml
     envace fit --config configs/bfcl.yaml --model.policy.name_or_path Qwen/Qwen3-8B
     envace data verify --source bfcl-multi-turn
     envace show --task_id multi_turn_base_0
+    envace export --ckpt runs/.../last.ckpt --out exports/policy
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ COMMANDS = {
     "show": "envace.commands.show:main",
     "evaluate": "envace.evaluation:main",
     "bench": "envace.bench:main",
+    "export": "envace.commands.export:main",
 }
 #: former command names that still run their command, after a one-line note
 RENAMED = {"rehearse": "show"}

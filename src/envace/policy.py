@@ -235,15 +235,16 @@ def checkpoint_spec(ckpt: dict[str, Any]) -> PolicySpec | None:
     return None
 
 
-def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = None) -> Any:
+def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = None, prefix: str = "policy.") -> Any:
     """The model of ``spec`` with the ``policy.*`` weights of the Lightning checkpoint ``path``.
 
     A LoRA checkpoint holds the adapters only; they are rebuilt from the spec saved in it.
+    ``prefix`` picks another model's entries of the state_dict (``simulator.``: the separate simulator).
     """
     ckpt = ckpt if ckpt is not None else read_checkpoint(path)
-    state = {k.removeprefix("policy."): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith("policy.")}
+    state = {k.removeprefix(prefix): v for k, v in (ckpt.get("state_dict") or {}).items() if k.startswith(prefix)}
     if not state:
-        raise ValueError(f"{path}: no 'policy.*' entries in its state_dict")
+        raise ValueError(f"{path}: no '{prefix}*' entries in its state_dict")
     lora = None
     if any(k.startswith("base_model.model.") for k in state):  # peft adapters
         trained = checkpoint_spec(ckpt)

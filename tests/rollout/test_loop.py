@@ -134,15 +134,41 @@ def test_an_external_simulator_answers_every_call_as_context(tokenizer, tiny_mod
     its simulator prompt (context, not trained on); every gold call gets its turn."""
     task = bfcl_tasks["multi_turn_base_1"]
     engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
-    simulator = ExternalSimulator(engine=engine, tokenizer=tokenizer)
+    simulator = ExternalSimulator(engine, tokenizer=tokenizer, prompt="separate")
     rollout = make_rollout(OracleEngine(tokenizer, engine.stop_ids), tokenizer, FMT, simulator,
                            RolloutLimits(max_rehearse_tokens=6))  # fmt: skip
     episodes = rollout.run([task], 2, seeds=[1, 2])
     calls = sum(len(turn) for turn in task.gold)
     for ep in episodes:
         assert [r.call for r in ep.calls] == [c for turn in task.gold for c in turn]
+        assert ep.writers == ["simulator"] * calls
         assert ep.role_tokens()["rehearse"] == 0 and not ep.flags
     assert 2 * calls <= engine.stats.tokens <= 2 * calls * 6  # one simulated response per call
+
+
+def test_an_inline_simulator_writes_what_rehearsal_writes_as_context(tokenizer, tiny_model, bfcl_tasks) -> None:
+    """Like for like: a simulator with the policy's own weights, inline, writes the same tokens in the same
+    places as the policy's rehearsal (same context, format, budget and random stream); only their role
+    differs: context, so no loss reaches the simulator or the policy through them."""
+    task = bfcl_tasks["multi_turn_base_1"]
+    stop = list(range(0, 49152, 4))  # a quarter of the ids end a turn: responses end inside the budget
+    limits = RolloutLimits(max_rehearse_tokens=12)
+
+    def run(responder):
+        engine = make_engine(tiny_model, tokenizer, FMT, SamplingConfig(min_prefix=16))
+        engine.stop_ids = stop
+        rollout = make_rollout(OracleEngine(tokenizer, stop), tokenizer, FMT, responder(engine), limits)
+        return rollout.run([task], 2, seeds=[1, 2])
+
+    rehearsed, simulated = run(PolicyRehearsal), run(ExternalSimulator)
+    for r, s in zip(rehearsed, simulated, strict=True):
+        assert r.ids == s.ids and len(s.calls) >= 2
+        assert r.writers == ["policy"] * len(r.calls) and s.writers == ["simulator"] * len(s.calls)
+        assert r.role_tokens()["rehearse"] > 0 and s.role_tokens()["rehearse"] == 0
+        assert s.role_tokens()["act"] == r.role_tokens()["act"]
+    other = type("Other", (), {"get_vocab": lambda self: {"a": 0}})()
+    with pytest.raises(ValueError, match="policy's tokenizer"):
+        ExternalSimulator(make_engine(tiny_model, tokenizer, FMT), tokenizer=other).bind(None, tokenizer)
 
 
 def test_oracle_with_real_environment_reproduces_grounding(tokenizer, bfcl_tasks) -> None:

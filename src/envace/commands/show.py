@@ -89,7 +89,7 @@ class OracleRehearsal(Responder):
             ep.open_tool_turn()
             text = self.fmt.tool_body(response) + self.fmt.tool().end
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            turns.append(ToolTurn(response, ids, [0.0] * len(ids)))
+            turns.append(ToolTurn(response, ids, [0.0] * len(ids), writer="oracle"))
         return turns
 
 

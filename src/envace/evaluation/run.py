@@ -107,11 +107,15 @@ def _benchmark(
 
 def _external_simulator(sim: Policy, sampling: SamplingConfig) -> Callable[[Policy], Responder]:
     """A committed responder factory: ``sim``'s frozen weights answer calls (``ExternalSimulator``),
-    each response within the rollout's ``limits.max_rehearse_tokens``."""
+    each response within the rollout's ``limits.max_rehearse_tokens``: inline in the episode when
+    ``sim`` shares the policy's tokenizer (the same prompt as rehearsal), else from the simulator
+    prompt in its own chat template."""
 
     def build(policy: Policy) -> Responder:
+        if sim.tokenizer.get_vocab() == policy.tokenizer.get_vocab():
+            return ExternalSimulator(make_engine(sim.model, policy.tokenizer, policy.fmt, sampling))
         engine = make_engine(sim.model, sim.tokenizer, sim.fmt, sampling)
-        return ExternalSimulator(sim.name, engine=engine, tokenizer=sim.tokenizer)
+        return ExternalSimulator(engine, tokenizer=sim.tokenizer, prompt="separate")
 
     return build
 

@@ -113,6 +113,7 @@ def fork(episode: Episode) -> Episode:
         group=episode.group,
         messages=list(episode.messages),
         calls=list(episode.calls),
+        writers=list(episode.writers),
         format_errors=episode.format_errors,
         turn=episode.turn,
         rng=rng,

@@ -241,8 +241,9 @@ def clipped_surrogate(
         advantages: ``[B, T]`` per-token advantage (:func:`token_advantages`).
         roles: ``[B, T]`` role ids.
         loss_mask: ``[B, T]`` 1 on sampled tokens.
-        role_weights: loss weight per role name, default 1 each; ``rehearse: 0`` trains the caller
-            only, ``act: 0`` freezes the caller. A weight-0 token gets exactly zero gradient.
+        role_weights: loss weight per role name, default 1 each; a weight-0 token gets exactly zero
+            gradient. With shared weights that silences the role's tokens, not its weights:
+            ``rehearse: 0`` still moves the world model through the act gradient (configs/arms/).
         clip_eps: ε_low, the ratio is clipped below at 1 − ε_low.
         clip_eps_high: ε_high (clip above at 1 + ε_high); ``None`` means ``clip_eps``.
         ref_logprobs: ``[B, T]`` reference log-probs for the k3 KL term.
@@ -302,7 +303,8 @@ class RoleGRPOLoss(nn.Module):
         clip_eps: ε_low of the ratio clip.
         clip_eps_high: ε_high (``None`` = ``clip_eps``; > ε_low is DAPO's clip-higher).
         kl_coef: β of the k3 KL to the reference; 0 (the paper's value) skips it.
-        role_weights: loss weight per role, e.g. ``{"act": 1, "rehearse": 0}`` trains the caller only.
+        role_weights: loss weight per role, e.g. ``{"act": 1, "rehearse": 0}``: the rehearse tokens get
+            no loss (the ``act_loss_only`` ablation; the shared weights still serve both roles).
         adv_by: baseline weighting (see :func:`rolewise_advantages`): ``"invocation"`` (default) is
             upstream's mean over the role's rows, one row per generation; ``"episode"`` counts each
             episode once. Invocations are counted as sampled spans unless the batch gives ``role_counts``.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -154,18 +155,18 @@ class PolicyModule(pl.LightningModule):
             return
         self.policy = load_model(self.policy_spec).train()
         if self.device_mesh is not None:
-            self._shard(self.device_mesh)
+            self._shard(self.policy, self.device_mesh)
 
-    def _shard(self, mesh: Any) -> None:
+    def _shard(self, model: Any, mesh: Any) -> None:
         """FSDP2: ``fully_shard`` each decoder layer, then the whole model (docs/design.md §3.8)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
-        mp = MixedPrecisionPolicy(param_dtype=self.policy.dtype, reduce_dtype=torch.float32)
-        for module in self.policy.modules():
+        mp = MixedPrecisionPolicy(param_dtype=model.dtype, reduce_dtype=torch.float32)
+        for module in model.modules():
             if type(module).__name__ in self.fsdp_layer_names:
                 fully_shard(module, mesh=dp_mesh, mp_policy=mp)
-        fully_shard(self.policy, mesh=dp_mesh, mp_policy=mp)
+        fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
     def configure_optimizers(self) -> Any:
         model: Any = self.trainer.model
@@ -219,10 +220,14 @@ class PolicyModule(pl.LightningModule):
         return shared_prefix_length(batch) if self.share_prefix and self.device_mesh is None else 0
 
     def _logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> Tensor:
+        """Log-probs of ``batch``'s loss tokens under the weights that train on them (the policy)."""
+        return self._model_logprobs(self.policy, batch, temperature)
+
+    def _model_logprobs(self, model: Any, batch: TokenBatch, temperature: float = 1.0) -> Tensor:
         prefix = self._prefix(batch)
         if prefix:
-            return prefix_shared_logprobs(self.policy, batch, prefix, temperature=temperature)
-        return selected_logprobs(self.policy, batch, temperature=temperature)
+            return prefix_shared_logprobs(model, batch, prefix, temperature=temperature)
+        return selected_logprobs(model, batch, temperature=temperature)
 
     @property
     def loss_temperature(self) -> float:
@@ -255,8 +260,17 @@ class PolicyModule(pl.LightningModule):
         self, tasks: list[Task], group_size: int, responder: Responder, lockstep: bool = False
     ) -> RolloutResult:
         """Roll out ``group_size`` episodes per task: the episodes and the rollout's counts."""
-        with unsharded(self.policy):
+        with unsharded(self):
             return self.rollout(responder, lockstep).timed(tasks, group_size)
+
+    def rehearsal(self) -> Responder:
+        """Who rehearses in the imagined validation family: the weights that write tool turns in
+        training (the policy; a ``separate`` or ``simulator`` arm's simulator)."""
+        return PolicyRehearsal(engine=self.engine)
+
+    def engines(self) -> list[GenerationEngine]:
+        """Every engine that samples in this module's rollouts."""
+        return [self.engine]
 
     def validation_step(self, batch: StepBatch, batch_idx: int) -> ValStepOutput | None:
         """Two families of episodes, generated together (greedy by default, ``val_temperature``):
@@ -265,17 +279,20 @@ class PolicyModule(pl.LightningModule):
           each episode is scored by the benchmark's official checker
           (:func:`envace.evaluation.official.official_score`) and by the training proxy: the figure
           comparable across training arms and with ``envace evaluate``;
-        * **imagined** — the policy answers its own calls (as in training) beside a lockstep real
-          environment: rehearsal fidelity of its own calls; with ``val_gold_fidelity`` also of the
-          gold calls (the oracle acts, the policy rehearses), whatever the policy would have called.
+        * **imagined** — the policy's calls are answered by its rehearsing weights (:meth:`rehearsal`:
+          the policy's own, or an arm's simulator) beside a lockstep real environment: rehearsal
+          fidelity of its own calls; with ``val_gold_fidelity`` also of the gold calls (the oracle
+          acts, the same weights rehearse), whatever the policy would have called.
         """
         if not batch.tasks:
             return None
         from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
 
-        with kept_rng(), self.engine.decoding(self.val_temperature), unsharded(self.policy):
+        with kept_rng(), ExitStack() as stack, unsharded(self):
+            for engine in self.engines():
+                stack.enter_context(engine.decoding(self.val_temperature))
             jobs = [Job(self.rollout(RealEnvironment()), batch.tasks, self.val_group_size),
-                    Job(self.rollout(PolicyRehearsal(), lockstep=True), batch.tasks, self.val_group_size)]  # fmt: skip
+                    Job(self.rollout(self.rehearsal(), lockstep=True), batch.tasks, self.val_group_size)]  # fmt: skip
             if self.val_gold_fidelity:
                 jobs.append(Job(self.gold_rollout(), batch.tasks))
             committed, imagined, *gold = run_together(jobs)
@@ -302,8 +319,8 @@ class PolicyModule(pl.LightningModule):
         oracle = OracleEngine(self.tokenizer, self.engine.stop_ids)
         limits = dataclasses.replace(self.limits, max_new_tokens=4096, max_calls_per_step=64,
                                      max_episode_tokens=self.limits.max_episode_tokens * 4)  # fmt: skip
-        return Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), PolicyRehearsal(engine=self.engine),
-                       limits, lockstep=True, validate_calls=False)  # fmt: skip
+        return Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), self.rehearsal(), limits, lockstep=True,
+                       validate_calls=False)  # fmt: skip
 
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -317,8 +334,12 @@ class PolicyModule(pl.LightningModule):
         }
         if self.policy_spec.lora is None or self.device_mesh is not None:
             return
-        trainable = {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        kept = self.saved_weights()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in kept}
+
+    def saved_weights(self) -> set[str]:
+        """State-dict keys a LoRA checkpoint keeps: the trainable weights (the base is rebuilt)."""
+        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the random streams' states for :meth:`on_train_batch_start`."""

@@ -8,27 +8,37 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from envace.data.batch import StepBatch, collate_episodes
+from envace.data.batch import StepBatch, TokenBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
 from envace.modules.base import PolicyModule
 from envace.modules.logprobs import chunked_logprobs, selected_logprobs
 from envace.modules.outputs import RLStepOutput, TrainStepOutput
-from envace.rollout import PolicyRehearsal, Responder
+from envace.modules.simulator import SimulatorSpec, build_simulator, copy_policy_into, own_parameters, routed_logprobs
+from envace.rollout import ExternalSimulator, GenerationEngine, PolicyRehearsal, Rehearsal, Responder, make_engine
 
 
 class EnvACEModule(PolicyModule):
-    """World rehearsal trained with role-wise GRPO; the method and its baselines by config.
+    """World rehearsal trained with role-wise GRPO; the method and its comparison arms by config
+    (``configs/arms/``, docs/training.md "The arms"): one training step, the arms differ in who
+    writes the tool turns and which weights each role's tokens train.
 
-    The responder decides who answers calls during training: ``PolicyRehearsal`` (EnvACE),
-    ``RealEnvironment`` (environment scaling), ``ExternalSimulator`` (simulator baseline). Role
-    weights of the loss give the ablations (``rehearse: 0`` trains the caller only, ``act: 0``
-    freezes it).
+    * ``responder`` — who answers calls in training rollouts: ``PolicyRehearsal`` (EnvACE: the
+      policy, inline, trained as ``rehearse``), ``RealEnvironment`` (environment scaling: context);
+    * ``simulator`` — other weights write the tool turns instead (:class:`SimulatorSpec`): frozen
+      (the ``simulator`` arm: context, the policy trains on its acts) or trainable (the
+      ``separate`` arm: its own weights trained on the ``rehearse`` tokens, the policy's on the act tokens);
+    * ``warm_start_only`` — every step a grounded supervised step (the compute-matched ``sft_only`` control);
+    * the loss's ``role_weights`` — ablations of the shared policy (``rehearse: 0``: its rehearse
+      tokens get no loss, though it still writes them and its act gradient moves the shared weights).
 
     Args:
-        responder: who answers tool calls in training rollouts.
+        responder: who answers tool calls in training rollouts (default ``PolicyRehearsal``); leave it
+            unset with ``simulator``.
+        simulator: the weights that write the tool turns of training rollouts, when not the policy's.
         group_size: episodes per task (G); advantages are relative within the group.
         loss: the RL loss.
         warm_start_steps: grounded supervised steps before RL, in the same ``fit`` (docs/design.md §3.9).
+        warm_start_only: every step is a warm-start step: no training rollout at all.
         rl_lr_scale: learning-rate multiplier once RL starts (warm start runs at ``optim.lr``).
         **kwargs: see :class:`~envace.modules.base.PolicyModule`.
     """
@@ -36,25 +46,108 @@ class EnvACEModule(PolicyModule):
     def __init__(
         self,
         responder: Responder | None = None,
+        simulator: SimulatorSpec | None = None,
         group_size: int = 4,
         loss: RoleGRPOLoss | None = None,
         warm_start_steps: int = 0,
+        warm_start_only: bool = False,
         rl_lr_scale: float = 1.0,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        if simulator is not None and responder is not None:
+            raise ValueError("set model.responder or model.simulator, not both: the simulator answers the calls")
         self.responder = responder or PolicyRehearsal()
+        self.simulator_spec = simulator
+        self.simulator: Any = None
+        self._simulator_engine: GenerationEngine | None = None
+        self._simulator_ready = simulator is not None and simulator.from_start
         self.group_size = group_size
         self.loss = loss or RoleGRPOLoss()
         self.warm_start_steps = warm_start_steps
+        self.warm_start_only = warm_start_only
         self.rl_lr_scale = rl_lr_scale
 
     def lr_factor(self, step: int) -> float:
-        return super().lr_factor(step) * (1.0 if step < self.warm_start_steps else self.rl_lr_scale)
+        rl = not self.warm_start_only and step >= self.warm_start_steps
+        return super().lr_factor(step) * (self.rl_lr_scale if rl else 1.0)
 
     @property
     def warming_up(self) -> bool:
-        return self.global_step < self.warm_start_steps
+        return self.warm_start_only or self.global_step < self.warm_start_steps
+
+    # --- the simulator -----------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """The policy, then the simulator beside it (a submodule: on the module's device, in checkpoints)."""
+        built = self.policy is not None
+        super().configure_model()
+        spec = self.simulator_spec
+        if built or spec is None:
+            return
+        if spec.trainable and self.loss.kl_coef > 0 and self.policy_spec.lora is None:
+            raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
+        self.simulator = build_simulator(spec, self.policy, self.policy_spec, share_base=self.device_mesh is None)
+        if self.device_mesh is not None:
+            self._shard(self.simulator, self.device_mesh)
+
+    @property
+    def simulator_engine(self) -> GenerationEngine:
+        if self._simulator_engine is None:
+            self._simulator_engine = make_engine(self.simulator, self.tokenizer, self.fmt, self.sampling)
+        return self._simulator_engine
+
+    def engines(self) -> list[GenerationEngine]:
+        return [self.engine, self.simulator_engine] if self.simulator is not None else [self.engine]
+
+    @property
+    def simulator_writes(self) -> bool:
+        """Whether the simulator writes the tool turns now (a ``warm_start`` one once RL begins)."""
+        return self.simulator is not None and self._simulator_ready
+
+    def training_responder(self) -> Responder:
+        """Who answers the calls of training rollouts: the simulator when it writes, else ``responder``."""
+        if not self.simulator_writes:
+            return self.responder
+        assert self.simulator_spec is not None
+        if self.simulator_spec.trainable:
+            return Rehearsal(self.simulator_engine, trained=True, writer="simulator")
+        return ExternalSimulator(self.simulator_engine)
+
+    def rehearsal(self) -> Responder:
+        if self.simulator_writes:
+            return Rehearsal(self.simulator_engine, trained=False, writer="simulator")
+        return super().rehearsal()
+
+    def _logprobs(self, batch: TokenBatch, temperature: float = 1.0) -> Tensor:
+        """The policy's log-probs; with a trainable simulator, its own for the ``rehearse`` tokens."""
+        if not (self.simulator_writes and self.simulator_spec and self.simulator_spec.trainable):
+            return super()._logprobs(batch, temperature)
+        policy, simulator = self.policy, self.simulator
+        return routed_logprobs(lambda b: self._model_logprobs(policy, b, temperature),
+                               lambda b: self._model_logprobs(simulator, b, temperature), batch)  # fmt: skip
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """As RL begins, a ``warm_start`` simulator becomes the policy's warm-started weights."""
+        super().on_train_batch_start(batch, batch_idx)
+        if self.simulator is not None and not self._simulator_ready and not self.warming_up:
+            copy_policy_into(self.policy, self.simulator)
+            self._simulator_ready = True
+            for engine in self.engines():
+                engine.reset_cache()
+
+    def saved_weights(self) -> set[str]:
+        kept = super().saved_weights()
+        if self.simulator is not None:
+            kept |= {f"simulator.{n}" for n in own_parameters(self.policy, self.simulator)}
+        return kept
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["envace"]["simulator_ready"] = self._simulator_ready
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._simulator_ready = bool((checkpoint.get("envace") or {}).get("simulator_ready", self._simulator_ready))
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> TrainStepOutput:
         if self.warming_up:
@@ -65,9 +158,10 @@ class EnvACEModule(PolicyModule):
 
     def rl_step(self, batch: StepBatch) -> RLStepOutput:
         """Roll out G episodes per task, score them, and take the role-wise GRPO loss."""
-        result = self.run_episodes(batch.tasks, self.group_size, self.responder)
+        result = self.run_episodes(batch.tasks, self.group_size, self.training_responder())
         episodes = result.episodes
-        self.engine.reset_cache()  # the rollout's keys and values are dead weight through the update
+        for engine in self.engines():
+            engine.reset_cache()  # the rollout's keys and values are dead weight through the update
         rewards = [self.reward(e) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
         inputs = LossInputs(

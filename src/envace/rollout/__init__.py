@@ -9,7 +9,14 @@ from envace.protocol.tokens import PieceEncoder
 from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, RolloutStats, summarize
 from envace.rollout.loop import Job, Rollout, RolloutLimits, drive, run_together
-from envace.rollout.responders import ExternalSimulator, PolicyRehearsal, RealEnvironment, Replay, Responder
+from envace.rollout.responders import (
+    ExternalSimulator,
+    PolicyRehearsal,
+    RealEnvironment,
+    Rehearsal,
+    Replay,
+    Responder,
+)
 
 __all__ = [
     "Engine",
@@ -20,6 +27,7 @@ __all__ = [
     "Job",
     "PolicyRehearsal",
     "RealEnvironment",
+    "Rehearsal",
     "Replay",
     "Responder",
     "Rollout",

@@ -42,6 +42,7 @@ class Episode:
         builder: the token episode (ids, roles, log-probs of sampled tokens).
         group: index of the task in its rollout (the GRPO group).
         messages, calls: the parsed record (what rewards score).
+        writers: who wrote each response of ``calls`` (``policy``, ``simulator``, ``environment``, ...).
         flags: limits that ended the episode (``truncated``, ``max_steps``, ``max_episode_tokens``).
         format_errors: malformed or invalid calls the policy wrote.
         turn: index of the current user turn (-1 before the first).
@@ -61,6 +62,7 @@ class Episode:
     group: int
     messages: list[Message] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
+    writers: list[str] = field(default_factory=list)
     flags: set[str] = field(default_factory=set)
     format_errors: int = 0
     turn: int = -1

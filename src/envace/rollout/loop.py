@@ -253,9 +253,12 @@ class Rollout:
         return list(zip(parsed.calls, parsed.errors, strict=True))
 
     def _record_response(self, ep: Episode, call: ToolCall, turn: ToolTurn) -> None:
-        if turn.rehearsed:
-            assert turn.ids is not None and turn.logprobs is not None
-            ep.builder.sampled(turn.ids, "rehearse", turn.logprobs)  # the responder opened the header
+        if turn.ids is not None:  # written inline: the responder opened the header
+            if turn.rehearsed:
+                assert turn.logprobs is not None
+                ep.builder.sampled(turn.ids, "rehearse", turn.logprobs)
+            else:  # another model's tokens, as it sampled them: context
+                ep.builder.sampled(turn.ids, "context", [0.0] * len(turn.ids))
             if turn.stopped:
                 ep.builder.context(self.fmt.tool().trailer)
             else:
@@ -266,6 +269,7 @@ class Rollout:
             real = ep.shadow.execute(call)
             ep.fidelity.append(FidelityPair(call, turn.response, real, ep.task.benchmark))
         ep.calls.append(CallRecord(call, turn.response))
+        ep.writers.append(turn.writer)
         ep.messages.append(Message("tool", json.dumps(turn.response, ensure_ascii=False), name=call.name))
 
     def _context_tool_turn(self, ep: Episode, response: JSON) -> None:

@@ -1,14 +1,18 @@
-"""Who answers a tool call. One rollout loop, four responders (docs/design.md §2):
+"""Who answers a tool call. One rollout loop, these responders (docs/design.md §2):
 
 * :class:`PolicyRehearsal` — EnvACE: the policy writes the tool turn inline (role ``rehearse``);
+* :class:`Rehearsal` — the same inline turn written by any engine's weights, trained or not: the
+  ``separate`` arm's trained simulator (role ``rehearse``, its own weights);
+* :class:`ExternalSimulator` — a separate frozen model writes the tool turn, inline by default (the
+  same prompt, format and token budget as rehearsal), its tokens context (not trained on);
 * :class:`RealEnvironment` — execute in the task's real environment (context);
-* :class:`ExternalSimulator` — a separate frozen model with a ``separate`` simulator prompt (context);
 * :class:`Replay` — recorded responses matched by tool name and arguments (context).
 
 A responder either answers a call at once (``respond``) or says what generation writes the answer
 (``generation``, within the rollout's ``max_rehearse_tokens``): the rollout then batches that
 generation with the other episodes' (continuous batching joins it to the running batch of its
-engine).
+engine). Every tool turn names its ``writer`` (``policy``, ``simulator``, ``environment``,
+``replay``): the episode keeps who wrote each response (``Episode.writers``).
 """
 
 from __future__ import annotations
@@ -29,22 +33,36 @@ if TYPE_CHECKING:
 
 @dataclass
 class ToolTurn:
-    """The answer to one call: the response, and the sampled ids when the policy wrote it."""
+    """The answer to one call: the response, and the sampled ids when a model wrote it inline.
+
+    Attributes:
+        response: the parsed response (what the episode's record and the rewards see).
+        ids: the sampled ids of the tool-turn body, when a model wrote it inline (after the header
+            :meth:`Episode.open_tool_turn` appended); ``None``: the rollout renders ``response``.
+        logprobs: the sampling log-probs of ``ids``.
+        stopped: whether the sample ended at its end-of-turn token (else the episode is truncated).
+        trained: whether ``ids`` are the ``rehearse`` role's tokens (the loss sees them) or context.
+        writer: who wrote the response (``policy``, ``simulator``, ``environment``, ``replay``, ...).
+    """
 
     response: JSON
     ids: list[int] | None = None
     logprobs: list[float] | None = None
     stopped: bool = True
+    trained: bool = True
+    writer: str = "policy"
 
     @property
     def rehearsed(self) -> bool:
-        return self.ids is not None
+        """Whether the turn's ids are ``rehearse`` tokens (sampled inline and trained on)."""
+        return self.ids is not None and self.trained
 
 
 @dataclass
 class Generation:
     """A tool turn written by sampling: ``max_new_tokens`` after ``prompt`` from ``engine``, the sample
-    made into the turn by ``turn``; ``own_stream``: drawn from the episode's random stream."""
+    made into the turn by ``turn``; ``own_stream``: drawn from the episode's random stream (else the
+    global one: a prompt outside the episode, whose samples are not the episode's business)."""
 
     engine: Engine
     prompt: list[int]
@@ -82,15 +100,20 @@ class SamplingResponder(Responder):
         raise TypeError(f"{type(self).__name__} answers by sampling: the rollout runs its generation()")
 
 
-class PolicyRehearsal(SamplingResponder):
-    """The policy plays the environment inline: tool-turn header, then it samples the body.
+class Rehearsal(SamplingResponder):
+    """A model plays the environment inline: the tool-turn header is appended to the episode, then
+    ``engine``'s weights sample the body from the episode's own context, within the rollout's
+    ``max_rehearse_tokens``.
 
     Args:
-        engine: the engine that writes the rehearsals; default: the policy's own (bound by the rollout).
+        engine: the engine whose weights write the tool turns; default: the policy's (bound by the rollout).
+        trained: the sampled ids are ``rehearse`` tokens (the loss trains the weights that wrote
+            them); else context.
+        writer: the name of the weights that write, kept per tool turn in ``Episode.writers``.
     """
 
-    def __init__(self, engine: Engine | None = None):
-        self.engine = engine
+    def __init__(self, engine: Engine | None = None, trained: bool = True, writer: str = "policy"):
+        self.engine, self.trained, self.writer = engine, trained, writer
         self.tokenizer: Any = None
 
     def bind(self, engine: Engine, tokenizer: Any) -> None:
@@ -98,12 +121,23 @@ class PolicyRehearsal(SamplingResponder):
         self.tokenizer = tokenizer
 
     def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation:
-        assert self.engine is not None, "PolicyRehearsal.bind() was not called"
+        assert self.engine is not None, f"{type(self).__name__}.bind() was not called"
         return Generation(self.engine, episode.open_tool_turn(), max_new_tokens, self._turn)
 
     def _turn(self, sample: Sample) -> ToolTurn:
         text = self.tokenizer.decode(sample.ids, skip_special_tokens=True)
-        return ToolTurn(parse_rehearsal(text), sample.ids, sample.logprobs, sample.stopped)
+        return ToolTurn(parse_rehearsal(text), sample.ids, sample.logprobs, sample.stopped, self.trained, self.writer)
+
+
+class PolicyRehearsal(Rehearsal):
+    """EnvACE: the policy writes every tool turn inline as ``rehearse`` tokens (shared weights).
+
+    Args:
+        engine: the engine that writes the rehearsals; default: the policy's own (bound by the rollout).
+    """
+
+    def __init__(self, engine: Engine | None = None):
+        super().__init__(engine, trained=True, writer="policy")
 
 
 class RealEnvironment(Responder):
@@ -112,7 +146,7 @@ class RealEnvironment(Responder):
     needs_env = True
 
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
-        return [ToolTurn(e.execute_real(c)) for e, c in zip(episodes, calls, strict=True)]
+        return [ToolTurn(e.execute_real(c), writer="environment") for e, c in zip(episodes, calls, strict=True)]
 
 
 class Replay(Responder):
@@ -120,7 +154,7 @@ class Replay(Responder):
     arguments, else the first unused one with the same name; a structured miss otherwise."""
 
     def respond(self, episodes: list[Episode], calls: list[ToolCall]) -> list[ToolTurn]:
-        return [ToolTurn(self._lookup(e, c)) for e, c in zip(episodes, calls, strict=True)]
+        return [ToolTurn(self._lookup(e, c), writer="replay") for e, c in zip(episodes, calls, strict=True)]
 
     @staticmethod
     def _lookup(episode: Episode, call: ToolCall) -> JSON:
@@ -145,40 +179,44 @@ Tool schema:
 Answer the new call exactly as the real tool would: write {open}<JSON object or array>{close} and nothing else."""
 
 
-class ExternalSimulator(SamplingResponder):
-    """A separate frozen model answers calls from a ``separate`` simulator prompt (upstream's
-    simulator baseline): the tool's schema, few-shot real results when the task has recorded ones,
-    the history of calls, and the call. Its responses are context: the policy is not trained on them.
+class ExternalSimulator(Rehearsal):
+    """A separate frozen model answers calls; its responses are context: the policy is not trained
+    on them and they never move the simulator (the ``simulator`` arm; VitaBench's committed responder).
+
+    ``inline`` (default): the simulator writes the tool turn of the episode itself — the same context,
+    format and token budget as :class:`PolicyRehearsal`, so a difference between the arms is the
+    weights', not a prompt's — drawn from the episode's own stream. It needs the policy's
+    tokenizer (the episode's ids are its tokens). ``separate``: upstream's simulator prompt (the
+    tool's schema, few-shot recorded results, the calls so far, the call) in the simulator's own
+    chat template, for a simulator with another tokenizer; drawn from the global stream.
 
     Args:
-        simulator: the simulator model (name or path, see :class:`~envace.policy.PolicySpec`).
-        few_shot: most recorded real results shown as examples.
-        engine: a ready engine for the simulator (tests); default: built from ``simulator`` on bind.
-        tokenizer: the simulator's tokenizer, with ``engine``.
+        engine: the simulator's engine (its frozen weights; for training, the module builds it:
+            ``EnvACEModule(simulator=...)``).
+        tokenizer: the simulator's tokenizer; default (inline): the policy's, bound by the rollout.
+        prompt: ``inline`` or ``separate``.
+        few_shot: ``separate``: most recorded real results shown as examples.
     """
 
-    def __init__(
-        self,
-        simulator: str = "smollm2-135m",
-        few_shot: int = 2,
-        engine: Engine | None = None,
-        tokenizer: Any = None,
-    ):
-        self.simulator, self.few_shot = simulator, few_shot
-        self.engine, self.tokenizer = engine, tokenizer
+    def __init__(self, engine: Engine, tokenizer: Any = None, prompt: str = "inline", few_shot: int = 2):
+        if prompt not in ("inline", "separate"):
+            raise ValueError(f"ExternalSimulator prompt={prompt!r}: expected inline or separate")
+        if prompt == "separate" and tokenizer is None:
+            raise ValueError("ExternalSimulator prompt='separate' needs the simulator's tokenizer")
+        super().__init__(engine, trained=False, writer="simulator")
+        self.own_tokenizer, self.prompt_mode, self.few_shot = tokenizer, prompt, few_shot
 
     def bind(self, engine: Engine, tokenizer: Any) -> None:
-        if self.engine is not None:
-            return
-        from envace.policy import PolicySpec, load_policy
-        from envace.rollout.engine import GenerationEngine
-
-        model, self.tokenizer = load_policy(PolicySpec(self.simulator))
-        model.requires_grad_(False)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.engine = GenerationEngine(model, [self.tokenizer.eos_token_id], pad)
+        own = self.own_tokenizer
+        if self.prompt_mode == "inline" and own is not None and own.get_vocab() != tokenizer.get_vocab():
+            raise ValueError(
+                "ExternalSimulator(prompt='inline') writes the policy's own tokens: the simulator needs the "
+                "policy's tokenizer; use prompt='separate' for a simulator with another vocabulary"
+            )
+        self.tokenizer = self.own_tokenizer or tokenizer
 
     def prompt(self, episode: Episode, call: ToolCall) -> str:
+        """The ``separate`` prompt of ``call`` in ``episode``, in the simulator's chat template."""
         from envace.protocol.parse import RESULT_CLOSE, RESULT_OPEN
 
         tools = {tool_name(t): t for t in episode.task.tools_at(episode.turn)}
@@ -198,10 +236,13 @@ class ExternalSimulator(SamplingResponder):
         return text
 
     def generation(self, episode: Episode, call: ToolCall, max_new_tokens: int) -> Generation:
-        """The simulator's own prompt; it samples from the global stream (its responses are context)."""
-        assert self.engine is not None, "ExternalSimulator.bind() was not called"
+        if self.prompt_mode == "inline":
+            return super().generation(episode, call, max_new_tokens)
+        assert self.engine is not None
         prompt = self.tokenizer(self.prompt(episode, call), add_special_tokens=False)["input_ids"]
-        return Generation(self.engine, prompt, max_new_tokens, self._turn, own_stream=False)
+        return Generation(self.engine, prompt, max_new_tokens, self._separate_turn, own_stream=False)
 
-    def _turn(self, sample: Sample) -> ToolTurn:
-        return ToolTurn(parse_rehearsal(self.tokenizer.decode(sample.ids, skip_special_tokens=True)))
+    def _separate_turn(self, sample: Sample) -> ToolTurn:
+        """A response from the simulator's own prompt: its ids are not the episode's; the rollout renders it."""
+        return ToolTurn(parse_rehearsal(self.tokenizer.decode(sample.ids, skip_special_tokens=True)),
+                        writer=self.writer)  # fmt: skip

@@ -1,0 +1,195 @@
+"""``envace export``: a trained Lightning checkpoint as a ``save_pretrained`` folder.
+
+The folder loads outside EnvACE, in transformers, peft or vLLM:
+
+* default — the LoRA adapters merged into the weights (``merge_and_unload``) and the full model saved
+  as safetensors with its tokenizer: ``AutoModelForCausalLM.from_pretrained(folder)`` and
+  ``AutoTokenizer.from_pretrained(folder)`` read it without peft;
+* ``--adapters`` — the peft adapter folder (``adapter_config.json`` + adapter weights, and the
+  tokenizer), whose ``base_model_name_or_path`` names a loadable base (the packaged model: its cache
+  folder): ``peft.AutoPeftModelForCausalLM.from_pretrained(folder)``. The ``tiny`` test model has no
+  folder to name, so its adapters cannot be exported alone.
+
+``--role act`` exports the acting model (the ``policy.*`` weights); ``--role rehearse`` the model that
+writes tool responses: the separate simulator (``simulator.*``) when the checkpoint holds one, else
+the policy, which then plays both roles. The folder also gets ``envace_export.json``: the source
+checkpoint, the role and weights, the global step, the policy spec, merged or adapters, tool style.
+
+The folder is written next to ``--out`` and renamed into place; a non-empty ``--out`` is replaced
+only with ``--force``.
+
+Example::
+
+    envace export --ckpt runs/lightning_logs/version_0/checkpoints/last.ckpt --out exports/policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from envace.policy import TINY, PolicySpec, checkpoint_spec, load_checkpoint, load_tokenizer, read_checkpoint, resolve
+
+ROLES = ("act", "rehearse")
+MANIFEST = "envace_export.json"
+
+
+# --- what to export ----------------------------------------------------------------------------
+def role_prefix(state_keys: list[str], role: str) -> tuple[str, str]:
+    """The state_dict prefix of the model that plays ``role``, and a line saying which it is.
+
+    >>> role_prefix(["policy.w", "simulator.w"], "rehearse")[0]
+    'simulator.'
+    >>> role_prefix(["policy.w"], "rehearse")[0]
+    'policy.'
+    """
+    if role not in ROLES:
+        raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    if role == "act":
+        return "policy.", "role act: exporting the policy.* weights (the model that acts)"
+    if any(k.startswith("simulator.") for k in state_keys):
+        return "simulator.", "role rehearse: exporting the simulator.* weights (the separate simulator)"
+    return "policy.", "role rehearse: no simulator.* weights; exporting policy.* (one model acts and rehearses)"
+
+
+def has_adapters(state_keys: list[str], prefix: str) -> bool:
+    """Whether the ``prefix`` entries are peft LoRA weights (``load_checkpoint`` rebuilds them)."""
+    return any(k.startswith(prefix + "base_model.model.") for k in state_keys)
+
+
+def adapter_base(spec: PolicySpec) -> str:
+    """What an adapter folder's ``base_model_name_or_path`` names: a folder (absolute) or a hub id."""
+    if spec.name_or_path == TINY:
+        raise ValueError(
+            "--adapters: the 'tiny' test model is built from a config and has no folder for "
+            "base_model_name_or_path to name; export it merged (drop --adapters)"
+        )
+    base = resolve(spec.name_or_path)
+    return str(Path(base).resolve()) if Path(base).is_dir() else base
+
+
+def check_out(out: Path, ckpt: Path, force: bool) -> None:
+    """Refuse an ``out`` that is a file, is not empty (unless ``force``) or holds the checkpoint."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    if any(out.iterdir()) and not force:
+        raise ValueError(f"--out {out} is not empty: pass --force to replace it")
+    if ckpt.resolve().is_relative_to(out.resolve()):
+        raise ValueError(f"--out {out} holds the checkpoint {ckpt}: pick another folder")
+
+
+def manifest(
+    ckpt_path: Path, ckpt: dict[str, Any], role: str, prefix: str, spec: PolicySpec, adapters: bool
+) -> dict[str, Any]:
+    """What ``envace_export.json`` records about the export."""
+    record: dict[str, Any] = {
+        "source": str(ckpt_path.resolve()),
+        "role": role,
+        "weights": prefix + "*",
+        "format": "adapters" if adapters else "merged",
+        "policy": dataclasses.asdict(spec),
+    }
+    if "global_step" in ckpt:
+        record["global_step"] = int(ckpt["global_step"])
+    tool_style = (ckpt.get("envace") or {}).get("tool_style")
+    if tool_style is not None:
+        record["tool_style"] = tool_style
+    return record
+
+
+# --- writing -----------------------------------------------------------------------------------
+def rebuild(path: str, ckpt: dict[str, Any], prefix: str, adapters: bool) -> tuple[Any, PolicySpec]:
+    """The model under ``prefix`` in eval mode (LoRA merged unless ``adapters``) and its spec."""
+    spec = checkpoint_spec(ckpt)
+    if spec is None:
+        raise ValueError(f"{path}: no saved policy spec (ckpt['envace']['policy']) naming the model to export")
+    lora = has_adapters(list(ckpt.get("state_dict") or {}), prefix)
+    if adapters and not lora:
+        raise ValueError(f"{path}: --adapters, but its {prefix}* weights are a full model, not LoRA adapters")
+    base = adapter_base(spec) if adapters else None  # fail before loading anything
+    # gradient checkpointing would save use_cache=False in config.json: not for inference
+    model = load_checkpoint(dataclasses.replace(spec, gradient_checkpointing=False), path, ckpt, prefix=prefix)
+    model.eval()
+    if adapters:
+        model.peft_config["default"].base_model_name_or_path = base
+    elif lora:
+        model = model.merge_and_unload()
+    return model, spec
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``out``, replacing what ``out`` held."""
+    aside = tmp.with_name(tmp.name + "-old")
+    if out.exists():
+        os.replace(out, aside)
+    os.replace(tmp, out)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def write_folder(model: Any, tokenizer: Any, record: dict[str, Any], out: Path) -> None:
+    """Save ``model``, ``tokenizer`` and ``record`` into a fresh folder beside ``out``, then rename it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        publish(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- the command -------------------------------------------------------------------------------
+def export(ckpt: str, out: str, role: str = "act", adapters: bool = False, force: bool = False) -> Path:
+    """Write the model of ``role`` in the Lightning checkpoint ``ckpt`` as a ``save_pretrained`` folder.
+
+    Args:
+        ckpt: the Lightning ``.ckpt`` of a training run.
+        out: the folder to write (created; a non-empty one only with ``force``).
+        role: ``act`` (the ``policy.*`` weights) or ``rehearse`` (``simulator.*`` when present, else
+            ``policy.*``).
+        adapters: save the peft adapter folder instead of the merged full model.
+        force: replace a non-empty ``out``.
+
+    Returns:
+        The folder written.
+    """
+    out_dir = Path(out)
+    check_out(out_dir, Path(ckpt), force)
+    state = read_checkpoint(ckpt)
+    prefix, note = role_prefix(list(state.get("state_dict") or {}), role)
+    print(f"envace export: {note}")
+    model, spec = rebuild(ckpt, state, prefix, adapters)
+    record = manifest(Path(ckpt), state, role, prefix, spec, adapters)
+    write_folder(model, load_tokenizer(spec.name_or_path), record, out_dir)
+    print(f"envace export: wrote {out_dir} ({record['format']}, {spec.name_or_path}, {prefix}*)")
+    return out_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    """The arguments of ``envace export`` (documented in :func:`export`)."""
+    about = (__doc__ or "").replace("``", "")
+    p = argparse.ArgumentParser(prog="envace export", description=about, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ckpt", required=True, metavar="PATH", help="the Lightning .ckpt of a training run")
+    p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write")
+    role_help = "act: the policy.* weights; rehearse: simulator.* when present, else policy.* (default: act)"
+    p.add_argument("--role", choices=ROLES, default="act", help=role_help)
+    p.add_argument("--adapters", action="store_true", help="save the peft adapter folder, not the merged model")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``envace export --ckpt PATH --out FOLDER [--role act|rehearse] [--adapters] [--force]``."""
+    args = parser().parse_args(argv)
+    export(args.ckpt, args.out, args.role, args.adapters, args.force)
+    return 0
