@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-OVERLAYS = ("eval", "fsdp", "arms")  # eval configs; overlays on a fit config (tested composed, below)
+OVERLAYS = ("eval", "fsdp", "arms", "experiments")  # not fit configs: eval, overlays (tested composed), grids
 FIT_CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if not set(OVERLAYS) & set(p.parts))
 ARMS = sorted(p.stem for p in (ROOT / "configs" / "arms").glob("*.yaml"))
 

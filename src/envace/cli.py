@@ -20,6 +20,7 @@ COMMANDS = {
     "show": "envace.commands.show:main",
     "evaluate": "envace.evaluation:main",
     "bench": "envace.bench:main",
+    "experiment": "envace.experiment:main",
     "export": "envace.commands.export:main",
 }
 #: former command names that still run their command, after a one-line note

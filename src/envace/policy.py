@@ -67,6 +67,8 @@ class PolicySpec:
         dtype: ``float32`` or ``bfloat16`` for the weights.
         lora: LoRA adapters, or ``None`` to train all weights.
         gradient_checkpointing: recompute activations in backward to save memory.
+        checkpoint: start from the policy weights of this Lightning checkpoint (trained from the same
+            ``name_or_path`` and ``lora``), e.g. the warm start every arm of an experiment shares.
         tiny_layers: layers of the ``tiny`` model.
         tiny_hidden: hidden width of the ``tiny`` model.
         seed: seed for the ``tiny`` model's random weights.
@@ -76,6 +78,7 @@ class PolicySpec:
     dtype: str = "float32"
     lora: LoraSpec | None = None
     gradient_checkpointing: bool = False
+    checkpoint: str | None = None
     tiny_layers: int = 2
     tiny_hidden: int = 64
     seed: int = 0
@@ -168,7 +171,10 @@ def model_config(model: Any) -> Any:
 
 
 def load_model(spec: PolicySpec) -> PreTrainedModel:
-    """Build or load the causal LM of ``spec``, with LoRA and gradient checkpointing applied."""
+    """Build or load the causal LM of ``spec``, with LoRA and gradient checkpointing applied (and the
+    weights of ``spec.checkpoint``, when set)."""
+    if spec.checkpoint is not None:
+        return _from_checkpoint(spec, spec.checkpoint)
     dtype = DTYPES[spec.dtype]
     hardware.warn_if_slow("policy.dtype", spec.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     model: Any
@@ -251,10 +257,23 @@ def load_checkpoint(spec: PolicySpec, path: str, ckpt: dict[str, Any] | None = N
         if trained is None or trained.lora is None:
             raise ValueError(f"{path}: LoRA weights but no saved policy spec to rebuild the adapters")
         lora = trained.lora
-    model = load_model(dataclasses.replace(spec, lora=lora))
+    model = load_model(dataclasses.replace(spec, lora=lora, checkpoint=None))  # ``state`` holds what was trained
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or (missing and lora is None):  # a LoRA checkpoint holds the trainable weights only
         raise ValueError(
             f"{path}: weights do not fit {spec.name_or_path!r}: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
     return model
+
+
+def _from_checkpoint(spec: PolicySpec, path: str) -> Any:
+    """``spec``'s model starting from the policy weights of the checkpoint ``path``, which must have been
+    trained from the same model and adapters (else its weights would not mean the same thing)."""
+    ckpt = read_checkpoint(path)
+    trained = checkpoint_spec(ckpt)
+    if trained is not None and (trained.name_or_path, trained.lora) != (spec.name_or_path, spec.lora):
+        raise ValueError(
+            f"policy.checkpoint {path}: trained from {trained.name_or_path!r} with lora {trained.lora}, but the "
+            f"policy is {spec.name_or_path!r} with lora {spec.lora}: they must agree"
+        )
+    return load_checkpoint(dataclasses.replace(spec, checkpoint=None), path, ckpt)

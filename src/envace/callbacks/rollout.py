@@ -79,7 +79,8 @@ def group_metrics(episodes: list[Episode], rewards: list[RewardOutput]) -> dict[
 
 
 def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
-    """Per-episode token counts per role, turns, and error/truncation rates."""
+    """Per-episode token counts per role, turns, and error/truncation rates; ``cost/*``: the step's
+    totals (tokens each role generated, calls a real environment answered), to sum over a run."""
     n = max(stats.episodes, 1)
     attempted = stats.calls + stats.format_errors
     return {
@@ -92,6 +93,9 @@ def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
         "rollout/truncation_rate": stats.truncated / n,
         "rollout/tokens_per_s": stats.generated_tokens_per_s,
         "rollout/seconds": stats.seconds,
+        "cost/act_tokens": float(stats.act_tokens),
+        "cost/rehearse_tokens": float(stats.rehearse_tokens),
+        "cost/env_calls": float(stats.env_calls),
     }
 
 

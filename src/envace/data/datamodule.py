@@ -73,6 +73,15 @@ def _permutation_stream(n: int, count: int, gen: torch.Generator) -> list[int]:
     return out[:count]
 
 
+def prompt_tokens(task: Task, encoder: PieceEncoder, fmt: ChatFormat) -> int:
+    """Tokens of ``task``'s prompt as the rollout builds it: system turn with the tools, the tools
+    added at the first turn, the first user turn (none when a simulator writes it)."""
+    ep = EpisodeBuilder(encoder, fmt)
+    ep.system(task.system_prompt, task.tools)
+    ep.user_turn(task, 0, task.user_turns[0] if task.user_turns else None)
+    return len(ep)
+
+
 def spread(items: list[Task], count: int) -> list[Task]:
     """``count`` items evenly spaced over ``items``, in order (all of them when there are fewer).
 
@@ -277,12 +286,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         return self._fmt
 
     def prompt_tokens(self, task: Task) -> int:
-        """Tokens of ``task``'s prompt as the rollout builds it: system turn with the tools, the tools
-        added at the first turn, the first user turn (none when a simulator writes it)."""
-        ep = EpisodeBuilder(self.encoder, self.fmt)
-        ep.system(task.system_prompt, task.tools)
-        ep.user_turn(task, 0, task.user_turns[0] if task.user_turns else None)
-        return len(ep)
+        return prompt_tokens(task, self.encoder, self.fmt)
 
     # -- setup ---------------------------------------------------------------------------------
     def _load(self, specs: list[SourceSpec], split: str, cap: int | None, max_tokens: int | None) -> list[Task]:

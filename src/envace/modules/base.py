@@ -30,7 +30,6 @@ from envace.modules.outputs import ValStepOutput
 from envace.modules.state import kept_rng, rng_state, set_rng_state, unsharded
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.render import ChatFormat, make_format
-from envace.protocol.tokens import PieceEncoder
 from envace.rewards import JudgeSettings, RewardError, RewardOutput, compute_reward
 from envace.rollout import (
     Episode,
@@ -47,7 +46,7 @@ from envace.rollout import (
     make_rollout,
     run_together,
 )
-from envace.rollout.reference import OracleEngine
+from envace.rollout.reference import gold_rollout
 from envace.types import Task
 
 # The modules step by hand (PolicyModule.update); Lightning then warns, in 12 lines, that a
@@ -314,13 +313,8 @@ class PolicyModule(pl.LightningModule):
             raise RewardError(f"step {self.global_step}: {exc}") from exc.__cause__
 
     def gold_rollout(self) -> Rollout:
-        """A rollout whose acts are the gold calls (the oracle) and whose tool turns the policy
-        rehearses, beside a lockstep real environment: fidelity on the calls that matter."""
-        oracle = OracleEngine(self.tokenizer, self.engine.stop_ids)
-        limits = dataclasses.replace(self.limits, max_new_tokens=4096, max_calls_per_step=64,
-                                     max_episode_tokens=self.limits.max_episode_tokens * 4)  # fmt: skip
-        return Rollout(oracle, self.fmt, PieceEncoder(self.tokenizer), self.rehearsal(), limits, lockstep=True,
-                       validate_calls=False)  # fmt: skip
+        """The oracle acts, the weights that rehearse (:meth:`rehearsal`) answer, a real environment in lockstep."""
+        return gold_rollout(self.tokenizer, self.fmt, self.engine.stop_ids, self.rehearsal(), self.limits)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

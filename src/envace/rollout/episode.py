@@ -118,6 +118,7 @@ class RolloutStats:
     context_tokens: int = 0
     turns: int = 0
     calls: int = 0
+    env_calls: int = 0
     format_errors: int = 0
     truncated: int = 0
     seconds: float = 0.0
@@ -142,6 +143,7 @@ def summarize(episodes: list[Episode], seconds: float = 0.0, tokens_per_s: float
         st.context_tokens += roles["context"]
         st.turns += ep.turn + 1
         st.calls += len(ep.calls)
+        st.env_calls += ep.writers.count("environment")
         st.format_errors += ep.format_errors
         st.truncated += "truncated" in ep.flags
     return st

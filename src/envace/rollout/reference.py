@@ -6,12 +6,17 @@ tokenised like any sampled turn, so the same rollout loop, responders and scorer
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envace.protocol import render_calls
+from envace.protocol.render import ChatFormat
+from envace.protocol.tokens import PieceEncoder
 from envace.rollout.engine import EngineStats, Follow, Request, Sample
+from envace.rollout.loop import Rollout, RolloutLimits
+from envace.rollout.responders import Responder
 from envace.types import ToolCall
 
 if TYPE_CHECKING:
@@ -86,3 +91,15 @@ class NoopEngine(ScriptedEngine):
 
     def text_for(self, episode: Episode) -> str:
         return NOOP
+
+
+def gold_rollout(
+    tokenizer: Any, fmt: ChatFormat, stop_ids: list[int], rehearsal: Responder, limits: RolloutLimits
+) -> Rollout:
+    """A rollout whose acts are the gold calls (the oracle) and whose tool turns ``rehearsal`` writes,
+    beside a lockstep real environment: rehearsal fidelity on the calls that matter, whatever the
+    policy would have called. The oracle writes whole turns, so its act budget is lifted."""
+    limits = dataclasses.replace(limits, max_new_tokens=4096, max_calls_per_step=64,
+                                 max_episode_tokens=limits.max_episode_tokens * 4)  # fmt: skip
+    return Rollout(OracleEngine(tokenizer, stop_ids), fmt, PieceEncoder(tokenizer), rehearsal, limits, lockstep=True,
+                   validate_calls=False)  # fmt: skip

@@ -1,0 +1,96 @@
+"""``envace experiment``: the paper's comparison as a resumable grid of units, and its report.
+
+    envace experiment --config configs/experiments/bfcl_cpu.yaml            # run what is not done, then report
+    envace experiment --config configs/experiments/bfcl_cpu.yaml --list     # the units and their status
+    envace experiment --config configs/experiments/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
+    envace experiment report docs/experiments/bfcl_cpu                      # the report from the result files
+
+The grid (:mod:`~envace.experiment.grid`): one grounded warm start shared by every arm, arms × seeds
+of ordinary ``envace fit`` runs from it, and an evaluation of every policy (:mod:`~envace.experiment.evaluate`).
+Every finished unit writes a small result file in the results folder (kept in the repository);
+checkpoints and logs live in the work folder (the cache). A second invocation skips what is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, find_unit, units
+
+__all__ = ["EvalSpec", "ExperimentConfig", "Unit", "load_config", "main", "units"]
+
+
+def load_config(path: str) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from a YAML file; a wrong or unknown field is a one-line error."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise FileNotFoundError(f"{path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of experiment fields")
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    eval_fields = {f.name for f in dataclasses.fields(EvalSpec)}
+    unknown = [f"{k}" for k in raw if k not in fields] + [
+        f"evaluation.{k}" for k in (raw.get("evaluation") or {}) if k not in eval_fields
+    ]
+    if unknown:
+        raise ValueError(f"{path}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(fields))})")
+    try:
+        evaluation = EvalSpec(**(raw.pop("evaluation", None) or {}))
+        return ExperimentConfig(**raw, evaluation=evaluation)
+    except TypeError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``envace experiment``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "report":
+        from envace.experiment.report import write_report
+
+        if len(args) != 2:
+            raise ValueError("usage: envace experiment report <results folder>")
+        print(write_report(Path(args[1])))
+        return 0
+    parser = argparse.ArgumentParser(prog="envace experiment", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--config", required=True, help="the experiment config (configs/experiments/*.yaml)")
+    parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
+    parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    opts = parser.parse_args(args)
+    cfg = load_config(opts.config)
+    from envace.experiment import runner
+
+    if opts.list:
+        print(runner.listing(cfg))
+        return 0
+    _write_metadata(cfg)
+    if opts.unit is not None:
+        unit = find_unit(cfg, opts.unit)
+        print(f"[{cfg.name}] {unit.key}: {runner.run_unit(cfg, unit)}", flush=True)
+        return 0
+    failed = runner.run_grid(cfg, opts.config, show=lambda line: print(line, flush=True))
+    if not opts.no_report and not failed and not os.environ.get("ENVACE_EXPERIMENT_CHILD"):
+        from envace.experiment.report import write_report
+
+        print(f"[{cfg.name}] report: {write_report(cfg.results_dir)}")
+    return 1 if failed else 0
+
+
+def _write_metadata(cfg: ExperimentConfig) -> None:
+    import json
+
+    folder = cfg.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = cfg.metadata()
+    (folder / "experiment.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

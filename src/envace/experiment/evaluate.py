@@ -1,0 +1,104 @@
+"""The ``eval`` unit of an experiment: one policy on held-out BFCL multi-turn tasks.
+
+Per split (``val``: unseen scenarios of the training API classes; ``test``: unseen classes), per task:
+
+* the official verdict of a committed episode against the real environment (bfcl-eval's
+  ``multi_turn_checker``; per task and per user turn), under each private-rehearsal setting
+  (:func:`envace.evaluation.evaluate`, the same code as ``envace evaluate``);
+* the rehearsal fidelity of the policy's own weights on the gold calls (the oracle acts, the policy
+  writes every tool response, a real environment answers in lockstep): value and key F1, JSON
+  validity, error agreement, averaged over the task's calls.
+
+The episodes use the training config's limits, chat format and sampling dtype, greedy by default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import yaml
+
+from envace.data.datamodule import prompt_tokens, spread
+from envace.data.sources import SourceSpec
+from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit
+from envace.metrics.fidelity import score_pair
+from envace.protocol.tokens import PieceEncoder
+from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig, make_engine
+from envace.rollout.reference import gold_rollout
+from envace.types import Task
+
+SCORES = ("value_f1", "key_f1", "json_valid", "error_agreement")
+
+
+def base_settings(base: str) -> dict[str, Any]:
+    """The base fit config's ``model.init_args`` (limits, tool style, chat format, sampling)."""
+    try:
+        config = yaml.safe_load(Path(base).read_text())
+        return dict(config["model"]["init_args"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{base}: cannot read model.init_args ({type(exc).__name__}: {exc})") from exc
+
+
+def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]:
+    """The split's tasks, cut to their first user turns, those whose prompt fits, spread to the cap."""
+    tasks = SourceSpec("bfcl-multi-turn", split, options={"categories": list(spec.categories)}).load()
+    tasks = [t.first_turns(spec.max_user_turns) for t in tasks]
+    if spec.max_prompt_tokens is not None:
+        encoder = PieceEncoder(tokenizer)
+        tasks = [t for t in tasks if prompt_tokens(t, encoder, fmt) <= spec.max_prompt_tokens]
+    return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
+
+
+def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[str, Any]:
+    """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity."""
+    from envace.evaluation import evaluate
+    from envace.evaluation.base import TaskFilter
+    from envace.evaluation.policies import PolicyConfig, load_eval_policy
+    from envace.inference import ImaginationConfig
+
+    spec, model = cfg.evaluation, base_settings(cfg.base)
+    limits = RolloutLimits(**model.get("limits", {}))
+    sampling = SamplingConfig(**{**model.get("sampling", {}), "temperature": spec.temperature})
+    loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
+    policy = load_eval_policy(str(checkpoint), loading)
+    imagination = ImaginationConfig(n_values=list(spec.n_values), modes=list(spec.modes))  # type: ignore[arg-type]
+    items: list[dict[str, Any]] = []
+    fidelity: list[dict[str, Any]] = []
+    for split in spec.splits:
+        tasks = held_out(spec, split, policy.tokenizer, policy.fmt)
+        chosen = TaskFilter(categories=list(spec.categories), split=split, task_ids=[t.id for t in tasks],
+                            max_user_turns=spec.max_user_turns)  # fmt: skip
+        result = evaluate("bfcl", str(checkpoint), tasks=chosen, imagination=imagination, limits=limits,
+                          sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
+                          out=None, quiet=True)  # fmt: skip
+        items += [_item(split, it) for it in result.items]
+        fidelity += gold_fidelity(policy, tasks, limits, sampling, split)
+    return {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
+            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
+
+
+def _item(split: str, item: Any) -> dict[str, Any]:
+    setting = "none" if item.n == 0 or item.mode == "none" else f"{item.mode}@{item.n}"
+    turn = item.details.get("turn_score")
+    if turn is None and item.score is not None:
+        turns = item.details.get("turns") or item.turns
+        turn = float(item.success) if turns <= 1 else None  # one user turn: the turn is the task
+    return {"split": split, "task_id": item.task_id, "setting": setting, "n": item.n, "mode": item.mode,
+            "success": bool(item.success), "score": item.score, "turn_score": turn}  # fmt: skip
+
+
+def gold_fidelity(
+    policy: Any, tasks: list[Task], limits: RolloutLimits, sampling: SamplingConfig, split: str
+) -> list[dict[str, Any]]:
+    """Per task: the mean fidelity scores of the policy's rehearsals of the gold calls (``None`` when
+    the task made no call pair)."""
+    engine = make_engine(policy.model, policy.tokenizer, policy.fmt, sampling)
+    rollout = gold_rollout(policy.tokenizer, policy.fmt, engine.stop_ids, PolicyRehearsal(engine=engine), limits)
+    rows = []
+    for ep in rollout.run(tasks, 1, seeds=list(range(len(tasks)))):
+        scores = [score_pair(p.rehearsed, p.real) for p in ep.fidelity]
+        means = {k: (fmean(getattr(s, k) for s in scores) if scores else None) for k in SCORES}
+        rows.append({"split": split, "task_id": ep.task.id, "pairs": len(scores), **means})
+    return rows

@@ -1,0 +1,260 @@
+"""The report of ``envace experiment``: ``<folder>/report.md`` and ``<folder>/figures/*.png``.
+
+Everything comes from the result files (:mod:`envace.experiment.results`) and nothing else: no wall
+clock, no environment, every bootstrap with one fixed seed. Rendering the same files twice gives the
+same ``report.md`` byte for byte; the figures are only linked from it.
+
+Order of the report: the grid and its compute, the minimum detectable difference (before any result),
+the main table and the differences to the reference arm, the cost of RL per arm, private rehearsal,
+the verdicts on H1–H4 with the rule of each, the figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envace.experiment.figures import FIGURES, write_figures
+from envace.experiment.hypotheses import NONE, Boot, best_gain, fmt, format_interval, judge, success
+from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, load_results, task_counts
+from envace.experiment.stats import minimum_detectable_difference
+
+__all__ = ["load_results", "main_table", "policies", "render_report", "write_report"]
+
+REPORT_FILE = "report.md"
+ALPHA, POWER = 0.05, 0.8
+
+
+def policies(results: Results) -> list[tuple[str, str]]:
+    """``(row label, arm)`` of the report's rows: the warm start, then the grid's arms."""
+    return [("warm start", WARM)] + [(arm, arm) for arm in results.experiment.arms]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.1f} s ({x / 3600:.2f} h)"
+
+
+def _missing_units(results: Results) -> list[str]:
+    exp = results.experiment
+    runs = {(r.arm, r.seed) for r in results.runs}
+    evals = {e.policy for e in results.evals}
+    missing = [] if results.warm_start else ["warm_start"]
+    missing += ["eval-warm_start"] if WARM not in evals else []
+    for arm in exp.arms:
+        for seed in exp.seeds:
+            missing += [] if (arm, seed) in runs else [f"run-{arm}-s{seed}"]
+            missing += [] if f"{arm}-s{seed}" in evals else [f"eval-{arm}-s{seed}"]
+    return missing
+
+
+def _header(results: Results) -> list[str]:
+    exp = results.experiment
+    counts = task_counts(results)
+    run_s, eval_s = sum(r.seconds for r in results.runs), sum(e.seconds for e in results.evals)
+    warm_s = results.warm_start.seconds if results.warm_start else 0.0
+    rows = [
+        ["arms", ", ".join(exp.arms)],
+        ["reference arm", exp.reference_arm],
+        ["seeds", ", ".join(str(s) for s in exp.seeds)],
+        ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
+        ["rehearsal settings", ", ".join(exp.settings)],
+        [
+            "units read",
+            f"warm start {int(results.warm_start is not None)}, runs {len(results.runs)}, "
+            f"evaluations {len(results.evals)}",
+        ],  # fmt: skip
+        ["units missing", ", ".join(_missing_units(results)) or "none"],
+        ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
+        ["compute (sum of unit seconds)", _seconds(warm_s + run_s + eval_s)],
+        ["… warm start / runs / evaluations", f"{_seconds(warm_s)} / {_seconds(run_s)} / {_seconds(eval_s)}"],
+    ]
+    return [f"# Experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
+
+
+def _mdd_row(label: str, n: int, k: int, p_hat: float | None) -> list[str]:
+    if n == 0:
+        return [label, "0", str(k), "—", "—", "—"]
+    at_hat = "—" if p_hat is None else fmt(minimum_detectable_difference(p_hat, n, k, ALPHA, POWER))
+    worst = fmt(minimum_detectable_difference(0.5, n, k, ALPHA, POWER))
+    return [label, str(n), str(k), "—" if p_hat is None else fmt(p_hat), at_hat, worst]
+
+
+def _mdd_section(results: Results) -> list[str]:
+    exp = results.experiment
+    counts = task_counts(results)
+    k = max(len(exp.seeds), 1)
+    rows = []
+    for label, splits in [*((s, [s]) for s in exp.splits), ("pooled", exp.splits)]:
+        warm = item_values(results, WARM, "success", splits)
+        p_hat = sum(sum(v) / len(v) for v in warm.values()) / len(warm) if warm else None
+        rows.append(_mdd_row(label, sum(counts.get(s, 0) for s in splits), k, p_hat))
+    return [
+        "## Minimum detectable difference",
+        "",
+        "The smallest difference of two official success rates this grid detects, fixed before any arm's result: "
+        "`MDD = (z_{1−α/2} + z_{power}) · √(2·p·(1−p) / (n·k))` with α = "
+        f"{ALPHA} (two-sided), power = {POWER}, n tasks and k = {k} seeds per arm. p is the warm start's measured "
+        "success (setting `none`) and, as the worst case, 0.5. It treats the n·k outcomes as independent; outcomes "
+        "of one task are correlated, so the real MDD is larger. A difference smaller than this is not expected to "
+        "show.",
+        "",
+        *_table(["tasks", "n", "k", "p (warm start)", "MDD at p", "MDD at p = 0.5"], rows),
+        "",
+    ]
+
+
+def main_table(results: Results, boot: Boot) -> list[list[str]]:
+    """Rows of the main table: policy, success per split, pooled turn score, pooled gold-call value_f1.
+
+    Args:
+        results: the loaded results.
+        boot: the bootstrap settings.
+    """
+    splits = results.experiment.splits
+    rows = []
+    for label, arm in policies(results):
+        cells = [format_interval(boot.mean(item_values(results, arm, "success", [s]))) for s in splits]
+        cells.append(format_interval(boot.mean(item_values(results, arm, "turn_score", splits))))
+        cells.append(format_interval(boot.mean(fidelity_values(results, arm, splits))))
+        rows.append([label, *cells])
+    return rows
+
+
+def _diff_rows(results: Results, boot: Boot) -> list[list[str]]:
+    exp = results.experiment
+    ref = exp.reference_arm
+    rows = []
+    for label, arm in policies(results):
+        if arm == ref:
+            continue
+        cells = []
+        for splits in [*([s] for s in exp.splits), exp.splits]:
+            a = item_values(results, ref, "success", splits)
+            cells.append(format_interval(boot.diff(a, item_values(results, arm, "success", splits))))
+        pooled = boot.diff(success(results, ref), success(results, arm))
+        rows.append([label, *cells, str(pooled[3]) if pooled else "0"])
+    return rows
+
+
+def _results_section(results: Results, boot: Boot) -> list[str]:
+    exp = results.experiment
+    header = ["policy", *(f"success {s}" for s in exp.splits), "turn score (pooled)", "gold-call value_f1 (pooled)"]
+    diff_header = ["policy", *(f"success {s}" for s in exp.splits), "success pooled", "tasks (pooled)"]
+    return [
+        "## Results",
+        "",
+        "Official success (the benchmark's checker on committed real execution) and turn score (share of user turns "
+        "passed), with no rehearsal (setting `none`); gold-call value_f1 is the fidelity of the policy's own "
+        "rehearsal of the gold calls. Each cell is `mean [lo, hi]`: the mean over tasks of the per-task mean over "
+        f"seeds and a {boot.n_boot}-replicate 95% percentile bootstrap interval resampling tasks, then seeds within "
+        f"each task (generator seed {boot.seed}). Pooled: the tasks of all splits together.",
+        "",
+        *_table(header, main_table(results, boot)),
+        "",
+        f"### Difference to the reference arm ({exp.reference_arm})",
+        "",
+        f"`{exp.reference_arm} − policy` in official success, paired by task over the tasks both have; the "
+        "bootstrap resamples tasks and, within each, the seeds of each side independently.",
+        "",
+        *_table(diff_header, _diff_rows(results, boot)),
+        "",
+    ]
+
+
+def _cost_section(results: Results) -> list[str]:
+    keys = ("act_tokens", "rehearse_tokens", "env_calls", "generated_tokens")
+    rows = []
+    for arm in results.experiment.arms:
+        runs = [r for r in results.runs if r.arm == arm]
+        if not runs:
+            rows.append([arm, "0", *("—" for _ in range(2 + len(keys)))])
+            continue
+        means = [sum(r.seconds for r in runs) / len(runs), sum(r.steps for r in runs) / len(runs)]
+        means += [sum(r.cost[k] for r in runs) / len(runs) for k in keys]
+        rows.append([arm, str(len(runs)), *(f"{m:.1f}" for m in means)])
+    header = ["arm", "runs", "wall s per run", "steps", *(k.replace("_", " ") for k in keys)]
+    return ["## Cost of RL", "", "Mean over the arm's runs (one per seed).", "", *_table(header, rows), ""]
+
+
+def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
+    rows = []
+    for label, arm in policies(results):
+        if not evals_of(results, arm):
+            continue
+        base = success(results, arm)
+        for setting in results.experiment.settings:
+            values = success(results, arm, setting)
+            gain = "—" if setting == NONE else format_interval(boot.diff(values, base))
+            rows.append([label, setting, format_interval(boot.mean(values)), gain])
+        best = best_gain(results, arm, boot) if sum(s != NONE for s in results.experiment.settings) > 1 else None
+        if best:
+            rows.append([label, f"best: {best[0]}", "", format_interval(best[1])])
+    return [
+        "## Private rehearsal",
+        "",
+        "Official success pooled over splits for each rehearsal setting (`mode@N`: N private rehearsals per user "
+        "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task.",
+        "",
+        *_table(["policy", "setting", "success (pooled)", "gain over none"], rows),
+        "",
+    ]
+
+
+def _verdict_section(results: Results, boot: Boot) -> list[str]:
+    lines = ["## Verdicts", ""]
+    for v in judge(results, boot):
+        evidence = f" {v.evidence}." if v.evidence else ""
+        lines.append(f"- **{v.name}** ({v.statement}): **{v.verdict}**.{evidence} *Rule:* {v.rule}.")
+    return [*lines, ""]
+
+
+def _figure_section() -> list[str]:
+    lines = ["## Figures", ""]
+    for name, caption in FIGURES.items():
+        lines += [f"![{caption}](figures/{name})", "", f"*{caption}*", ""]
+    return lines
+
+
+def render_report(results: Results, n_boot: int = 2000, seed: int = 0) -> str:
+    """The markdown text of ``report.md``: a function of the results and the bootstrap settings only.
+
+    Args:
+        results: from :func:`load_results`.
+        n_boot: bootstrap replicates per interval.
+        seed: generator seed of every interval.
+    """
+    boot = Boot(n_boot, seed)
+    sections = [
+        _header(results),
+        _mdd_section(results),
+        _results_section(results, boot),
+        _cost_section(results),
+        _rehearsal_section(results, boot),
+        _verdict_section(results, boot),
+        _figure_section(),
+    ]
+    return "\n".join(line for section in sections for line in section).rstrip("\n") + "\n"
+
+
+def write_report(folder: str | Path, n_boot: int = 2000, seed: int = 0) -> Path:
+    """Read an experiment folder's result files and write ``report.md`` and ``figures/*.png`` into it.
+
+    Args:
+        folder: the experiment folder (``experiment.json`` and ``units/``).
+        n_boot: bootstrap replicates per interval.
+        seed: generator seed of every interval.
+
+    Returns:
+        The path of ``report.md``.
+    """
+    folder = Path(folder)
+    results = load_results(folder)
+    text = render_report(results, n_boot, seed)
+    write_figures(results, folder / "figures", Boot(n_boot, seed))
+    path = folder / REPORT_FILE
+    path.write_text(text, encoding="utf-8")
+    return path

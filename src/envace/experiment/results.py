@@ -1,0 +1,373 @@
+"""The result files of an experiment, read strictly, and the per-task values the report is made of.
+
+``<folder>/experiment.json`` holds the grid; every finished unit wrote one ``<folder>/units/*.json``
+(kinds ``warm_start``, ``run``, ``eval``; the fields are those of the dataclasses below). A file that
+is not valid JSON, misses a field or holds a value of the wrong type raises ``ValueError`` naming the
+file and the field. Integers are accepted where a float is expected; booleans never count as numbers.
+
+Per-task values are keyed ``"<split>/<task_id>"`` (tasks of two splits never merge) and list one
+value per seed, in seed order, so the bootstrap sees the same input however the files were written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WARM = "warm_start"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """The grid of ``experiment.json``."""
+
+    name: str
+    arms: list[str]
+    seeds: list[int]
+    reference_arm: str
+    splits: list[str]
+    settings: list[str]
+    hypotheses: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The shared grounded warm start."""
+
+    seconds: float
+    steps: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One RL run of an arm; ``cost`` has ``act_tokens, rehearse_tokens, env_calls, generated_tokens``."""
+
+    arm: str
+    seed: int
+    seconds: float
+    steps: int
+    cost: dict[str, int]
+    curves: dict[str, list[tuple[int, float]]]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One evaluated task under one rehearsal setting."""
+
+    split: str
+    task_id: str
+    setting: str
+    n: int
+    mode: str
+    success: bool
+    score: float | None
+    turn_score: float | None
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Rehearsal fidelity of the policy on one task's gold calls (``None`` when it had no pairs)."""
+
+    split: str
+    task_id: str
+    pairs: int
+    value_f1: float | None
+    key_f1: float | None
+    json_valid: float | None
+    error_agreement: float | None
+
+
+@dataclass(frozen=True)
+class Eval:
+    """The evaluation of one policy: the warm start (``arm == policy == "warm_start"``) or a run's final one."""
+
+    policy: str
+    arm: str
+    seed: int | None
+    seconds: float
+    items: list[Item]
+    fidelity: list[Fidelity]
+
+
+@dataclass(frozen=True)
+class Results:
+    """Everything the report reads: the grid and the finished units (sorted by arm, then seed)."""
+
+    experiment: Experiment
+    warm_start: WarmStart | None
+    runs: list[Run]
+    evals: list[Eval]
+
+
+class _Fields:
+    """Typed access to the fields of one JSON object; errors name the file and the dotted field."""
+
+    def __init__(self, obj: Any, file: Path, prefix: str = "") -> None:
+        if not isinstance(obj, dict):
+            raise ValueError(f"{file}: {prefix.rstrip('.') or 'top level'} must be a JSON object")
+        self.obj, self.file, self.prefix = obj, file, prefix
+
+    def error(self, key: str, what: str) -> ValueError:
+        return ValueError(f"{self.file}: field '{self.prefix}{key}' {what}")
+
+    def get(self, key: str, check: Callable[[Any], bool], what: str, optional: bool = False) -> Any:
+        if key not in self.obj:
+            raise self.error(key, "is missing")
+        value = self.obj[key]
+        if (value is None and optional) or check(value):
+            return value
+        raise self.error(key, f"must be {what}{' or null' if optional else ''}, got {type(value).__name__}")
+
+    def text(self, key: str) -> str:
+        return str(self.get(key, lambda v: isinstance(v, str), "a string"))
+
+    def integer(self, key: str, optional: bool = False) -> Any:
+        return self.get(key, _is_int, "an integer", optional)
+
+    def number(self, key: str, optional: bool = False) -> float | None:
+        value = self.get(key, _is_number, "a number", optional)
+        return None if value is None else float(value)
+
+    def real(self, key: str) -> float:
+        return float(self.get(key, _is_number, "a number"))
+
+    def array(self, key: str, check: Callable[[Any], bool], what: str) -> list[Any]:
+        value = self.get(key, lambda v: isinstance(v, list), "a list")
+        for i, v in enumerate(value):
+            if not check(v):
+                raise self.error(f"{key}[{i}]", f"must be {what}, got {type(v).__name__}")
+        return list(value)
+
+    def sub(self, key: str) -> _Fields:
+        return _Fields(self.get(key, lambda v: isinstance(v, dict), "an object"), self.file, f"{self.prefix}{key}.")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file}: not valid JSON ({err})") from err
+
+
+def _experiment(f: _Fields) -> Experiment:
+    hypotheses = f.obj.get("hypotheses") or {}
+    if not isinstance(hypotheses, dict):
+        raise f.error("hypotheses", f"must be an object, got {type(hypotheses).__name__}")
+    return Experiment(
+        name=f.text("name"),
+        arms=f.array("arms", lambda v: isinstance(v, str), "a string"),
+        seeds=f.array("seeds", _is_int, "an integer"),
+        reference_arm=f.text("reference_arm"),
+        splits=f.array("splits", lambda v: isinstance(v, str), "a string"),
+        settings=f.array("settings", lambda v: isinstance(v, str), "a string"),
+        hypotheses=hypotheses,
+    )
+
+
+def _curves(f: _Fields) -> dict[str, list[tuple[int, float]]]:
+    def is_point(p: Any) -> bool:
+        return isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_number(p[1])
+
+    return {tag: [(p[0], float(p[1])) for p in f.array(tag, is_point, "a [step, value] pair")] for tag in sorted(f.obj)}
+
+
+def _run(f: _Fields) -> Run:
+    cost = f.sub("cost")
+    keys = ("act_tokens", "rehearse_tokens", "env_calls", "generated_tokens")
+    return Run(
+        arm=f.text("arm"),
+        seed=f.integer("seed"),
+        seconds=f.real("seconds"),
+        steps=f.integer("steps"),
+        cost={k: cost.integer(k) for k in keys},
+        curves=_curves(f.sub("curves")),
+    )
+
+
+def _item(f: _Fields) -> Item:
+    success = f.get("success", lambda v: isinstance(v, bool), "a boolean")
+    return Item(
+        split=f.text("split"),
+        task_id=f.text("task_id"),
+        setting=f.text("setting"),
+        n=f.integer("n"),
+        mode=f.text("mode"),
+        success=success,
+        score=f.number("score", optional=True),
+        turn_score=f.number("turn_score", optional=True),
+    )
+
+
+def _fidelity(f: _Fields) -> Fidelity:
+    return Fidelity(
+        split=f.text("split"),
+        task_id=f.text("task_id"),
+        pairs=f.integer("pairs"),
+        value_f1=f.number("value_f1", optional=True),
+        key_f1=f.number("key_f1", optional=True),
+        json_valid=f.number("json_valid", optional=True),
+        error_agreement=f.number("error_agreement", optional=True),
+    )
+
+
+def _eval(f: _Fields) -> Eval:
+    def is_obj(v: Any) -> bool:
+        return isinstance(v, dict)
+
+    items = f.array("items", is_obj, "an object")
+    fidelity = f.array("fidelity", is_obj, "an object")
+    policy, arm = f.text("policy"), f.text("arm")
+    if (policy == WARM) != (arm == WARM):
+        raise f.error(
+            "arm", f"is {arm!r}: the policy 'warm_start' and the arm 'warm_start' go together (policy {policy!r})"
+        )
+    return Eval(
+        policy=policy,
+        arm=arm,
+        seed=f.integer("seed", optional=True),
+        seconds=f.real("seconds"),
+        items=[_item(_Fields(o, f.file, f"items[{i}].")) for i, o in enumerate(items)],
+        fidelity=[_fidelity(_Fields(o, f.file, f"fidelity[{i}].")) for i, o in enumerate(fidelity)],
+    )
+
+
+def _unit(file: Path) -> tuple[str, WarmStart | Run | Eval]:
+    f = _Fields(_read_json(file), file)
+    unit, kind = f.text("unit"), f.text("kind")
+    if kind == WARM:
+        return unit, WarmStart(seconds=f.real("seconds"), steps=f.integer("steps"), fingerprint=f.text("fingerprint"))
+    if kind == "run":
+        return unit, _run(f)
+    if kind == "eval":
+        return unit, _eval(f)
+    raise f.error("kind", f"must be 'warm_start', 'run' or 'eval', got {kind!r}")
+
+
+def _identity(record: WarmStart | Run | Eval) -> str:
+    """What one unit measures; two files measuring the same thing are an error."""
+    if isinstance(record, WarmStart):
+        return "the warm start"
+    if isinstance(record, Run):
+        return f"the run of arm {record.arm!r} seed {record.seed}"
+    return f"the evaluation of policy {record.policy!r}"
+
+
+def load_unit(file: Path) -> WarmStart | Run | Eval:
+    """One unit result file as its typed record.
+
+    Args:
+        file: a ``units/*.json`` file.
+
+    Raises:
+        ValueError: naming the file and the field, when the file does not follow the schema.
+    """
+    return _unit(file)[1]
+
+
+def load_results(folder: str | Path) -> Results:
+    """Read ``experiment.json`` and every ``units/*.json`` of an experiment folder.
+
+    Args:
+        folder: the experiment folder.
+
+    Raises:
+        ValueError: a malformed file (named, with its field), two files of one unit, or two warm starts.
+    """
+    folder = Path(folder)
+    experiment = _experiment(_Fields(_read_json(folder / "experiment.json"), folder / "experiment.json"))
+    warm: list[WarmStart] = []
+    runs: list[Run] = []
+    evals: list[Eval] = []
+    seen: dict[str, Path] = {}
+    for file in sorted((folder / "units").glob("*.json")):
+        unit, record = _unit(file)
+        for key in (unit, _identity(record)):
+            if key in seen:
+                raise ValueError(f"{file}: field 'unit' {unit!r}: {key} was already read from {seen[key].name}")
+            seen[key] = file
+        if isinstance(record, WarmStart):
+            warm.append(record)
+        elif isinstance(record, Run):
+            runs.append(record)
+        else:
+            evals.append(record)
+    runs.sort(key=lambda r: (r.arm, r.seed))
+    evals.sort(key=lambda e: (e.arm, -1 if e.seed is None else e.seed, e.policy))
+    return Results(experiment, warm[0] if warm else None, runs, evals)
+
+
+def evals_of(results: Results, arm: str) -> list[Eval]:
+    """The evaluations of an arm's final policies (``"warm_start"``: the warm start's), in seed order."""
+    return [e for e in results.evals if e.arm == arm]
+
+
+def _collect(evals: Iterable[Eval], values: Callable[[Eval], Iterable[tuple[str, float]]]) -> dict[str, list[float]]:
+    """``{task key: [one value per evaluation]}``; several values of one task in one evaluation are averaged."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for e in evals:
+        per_task: dict[str, list[float]] = defaultdict(list)
+        for key, value in values(e):
+            per_task[key].append(value)
+        for key, vs in per_task.items():
+            out[key].append(sum(vs) / len(vs))
+    return dict(out)
+
+
+def item_values(
+    results: Results, arm: str, metric: str, splits: Iterable[str], setting: str = "none"
+) -> dict[str, list[float]]:
+    """Per-task values of one arm (or the warm start) for an item metric.
+
+    Args:
+        results: the loaded results.
+        arm: an arm, or ``"warm_start"``.
+        metric: ``"success"`` (as 0/1), ``"score"`` or ``"turn_score"``; null values are skipped.
+        splits: the splits pooled.
+        setting: the rehearsal setting (``"none"``, ``"parallel@2"``, ...).
+    """
+    wanted = set(splits)
+
+    def values(e: Eval) -> Iterable[tuple[str, float]]:
+        for it in e.items:
+            value = getattr(it, metric)
+            if it.split in wanted and it.setting == setting and value is not None:
+                yield f"{it.split}/{it.task_id}", float(value)
+
+    return _collect(evals_of(results, arm), values)
+
+
+def fidelity_values(
+    results: Results, arm: str, splits: Iterable[str], metric: str = "value_f1"
+) -> dict[str, list[float]]:
+    """Per-task gold-call fidelity of one arm (or the warm start); tasks without pairs are skipped."""
+    wanted = set(splits)
+
+    def values(e: Eval) -> Iterable[tuple[str, float]]:
+        for fid in e.fidelity:
+            value = getattr(fid, metric)
+            if fid.split in wanted and value is not None:
+                yield f"{fid.split}/{fid.task_id}", float(value)
+
+    return _collect(evals_of(results, arm), values)
+
+
+def task_counts(results: Results) -> dict[str, int]:
+    """Distinct evaluated tasks per split of the grid (over every evaluation and setting)."""
+    tasks: dict[str, set[str]] = {s: set() for s in results.experiment.splits}
+    for e in results.evals:
+        for it in e.items:
+            tasks.setdefault(it.split, set()).add(it.task_id)
+    return {s: len(ts) for s, ts in tasks.items()}

@@ -1,0 +1,222 @@
+"""Running the units of an experiment: each ``fit`` an ordinary ``envace fit`` in its own process, each
+evaluation in its own process, every finished unit's result file written at once.
+
+The grid is resumable at two levels: a unit whose result file exists is skipped, and a ``fit``
+interrupted mid-way resumes from its own ``last.ckpt`` (checkpoints live in the work folder, outside
+the repository). ``--unit K`` runs one unit, so a scheduler can run units on many machines (a unit
+only needs the result of the units it starts from, see :class:`~envace.experiment.grid.Unit`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from envace.experiment.grid import ExperimentConfig, Unit, is_done, units, write_result
+
+
+def unit_dir(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """The unit's work folder: the fit's events (``fit/``) and checkpoints (``fit/checkpoints``)."""
+    return cfg.work_dir / unit.key
+
+
+def last_checkpoint(cfg: ExperimentConfig, key: str) -> Path:
+    return cfg.work_dir / key / "fit" / "checkpoints" / "last.ckpt"
+
+
+def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
+    """The ``envace fit`` arguments of a ``warm_start`` or ``run`` unit (configs first, then overrides)."""
+    configs = ["--config", cfg.base]
+    if unit.kind == "run":
+        configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{unit.arm}.yaml")]
+    out = [*configs, *cfg.fit_args,
+           "--trainer.logger.init_args.save_dir", str(cfg.work_dir),
+           "--trainer.logger.init_args.name", unit.key, "--trainer.logger.init_args.version", "fit"]  # fmt: skip
+    if unit.kind == "warm_start":
+        steps = str(cfg.warm_start_steps)
+        return out + ["--model.init_args.warm_start_steps", steps, "--trainer.max_steps", steps,
+                      "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]  # fmt: skip
+    out += ["--seed_everything", str(unit.seed), "--trainer.max_steps", str(cfg.rl_steps),
+            "--model.init_args.policy.checkpoint", str(last_checkpoint(cfg, "warm_start")),
+            "--model.init_args.warm_start_steps", "0"]  # fmt: skip
+    if cfg.val_every:
+        return out + ["--trainer.val_check_interval", str(cfg.val_every)]
+    return out + ["--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]
+
+
+def check_base(cfg: ExperimentConfig) -> None:
+    """The base config must let each unit's checkpoints follow its logger (no ``ModelCheckpoint``
+    ``dirpath``): else every unit would write the same folder."""
+    import yaml
+
+    text = yaml.safe_load(Path(cfg.base).read_text()) or {}
+    for cb in (text.get("trainer") or {}).get("callbacks") or []:
+        checkpoints = isinstance(cb, dict) and str(cb.get("class_path", "")).endswith("ModelCheckpoint")
+        if checkpoints and (cb.get("init_args") or {}).get("dirpath"):
+            raise ValueError(f"{cfg.base}: ModelCheckpoint sets dirpath; an experiment's base config must not "
+                                 "(each unit's checkpoints go to its own folder)")  # fmt: skip
+
+
+def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
+    """Run (or resume) the unit's fit to its last step; returns the seconds this attempt took."""
+    check_base(cfg)
+    args = ["fit", *fit_args(cfg, unit)]
+    last = last_checkpoint(cfg, unit.key)
+    if last.is_file():
+        args += ["--ckpt_path", str(last)]
+    began = time.perf_counter()
+    log = unit_dir(cfg, unit) / "fit.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        rc = subprocess.run(
+            [sys.executable, "-m", "envace.cli", *args], stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+    seconds = time.perf_counter() - began
+    _add_seconds(cfg, unit, seconds)
+    if rc != 0:
+        raise RuntimeError(f"{unit.key}: envace fit exited with {rc}; its output is in {log}")
+    return seconds
+
+
+def _add_seconds(cfg: ExperimentConfig, unit: Unit, seconds: float) -> None:
+    """Keep every attempt's wall time (a resumed unit costs all its attempts)."""
+    path = unit_dir(cfg, unit) / "attempts.json"
+    attempts = json.loads(path.read_text()) if path.is_file() else []
+    path.write_text(json.dumps([*attempts, round(seconds, 1)]))
+
+
+def spent_seconds(cfg: ExperimentConfig, unit: Unit) -> float:
+    path = unit_dir(cfg, unit) / "attempts.json"
+    return float(sum(json.loads(path.read_text()))) if path.is_file() else 0.0
+
+
+def fingerprint(checkpoint: Path) -> str:
+    """SHA-256 of a checkpoint's policy weights (names and bytes, in name order)."""
+    import torch
+
+    from envace.policy import read_checkpoint
+
+    state = read_checkpoint(str(checkpoint))["state_dict"]
+    digest = hashlib.sha256()
+    for name in sorted(k for k in state if k.startswith("policy.")):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def event_scalars(folder: Path) -> dict[str, list[list[float]]]:
+    """Every scalar of the event files under ``folder``, ``tag -> [[step, value], ...]`` by step; where a
+    resumed fit logged a step again, its last logged value."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    latest: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for f in sorted(folder.rglob("events.out.tfevents*")):
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        ea.Reload()
+        for tag in ea.Tags()["scalars"]:
+            for e in ea.Scalars(tag):
+                seen = latest[tag].get(e.step)
+                if seen is None or e.wall_time >= seen[0]:
+                    latest[tag][e.step] = (e.wall_time, e.value)
+    return {tag: [[step, value] for step, (_, value) in sorted(by_step.items())] for tag, by_step in latest.items()}
+
+
+def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
+    """A finished fit's result file: its seconds, steps, cost (``cost/*`` summed) and ``val/*`` curves."""
+    last = last_checkpoint(cfg, unit.key)
+    if not last.is_file():
+        raise RuntimeError(f"{unit.key}: the fit left no checkpoint at {last}")
+    from envace.policy import read_checkpoint
+
+    steps = int(read_checkpoint(str(last)).get("global_step", 0))
+    base = {"unit": unit.key, "kind": unit.kind, "seconds": round(spent_seconds(cfg, unit), 1), "steps": steps}
+    if unit.kind == "warm_start":
+        return {**base, "fingerprint": fingerprint(last)}
+    scalars = event_scalars(unit_dir(cfg, unit) / "fit")
+    cost = {
+        k: int(sum(v for _, v in scalars.get(f"cost/{k}", []))) for k in ("act_tokens", "rehearse_tokens", "env_calls")
+    }
+    cost["generated_tokens"] = cost["act_tokens"] + cost["rehearse_tokens"]
+    curves = {t: v for t, v in scalars.items() if t.startswith(("val/committed/", "val/imagined/"))}
+    return {**base, "arm": unit.arm, "seed": unit.seed, "cost": cost, "curves": curves}
+
+
+def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """Run one unit here and write its result file (after the units it needs have theirs)."""
+    grid = {u.key: u for u in units(cfg)}
+    missing = [k for k in unit.needs if not is_done(cfg, grid[k])]
+    if missing:
+        raise ValueError(f"unit {unit.key} starts from {', '.join(missing)}: run that first")
+    if unit.kind == "eval":
+        from envace.experiment.evaluate import evaluate_unit
+
+        began = time.perf_counter()
+        result = evaluate_unit(cfg, unit, policy_checkpoint(cfg, unit))
+        result["seconds"] = round(time.perf_counter() - began, 1)
+        return write_result(cfg, unit, result)
+    run_fit(cfg, unit)
+    return write_result(cfg, unit, fit_result(cfg, unit))
+
+
+def policy_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """The checkpoint an ``eval`` unit evaluates: the warm start's, or its run's final one."""
+    return last_checkpoint(cfg, unit.needs[0])
+
+
+def run_grid(cfg: ExperimentConfig, config_path: str, show: Any = print) -> list[Unit]:
+    """Run every unit not yet done, each in its own process (``envace experiment --unit``), showing
+    the grid's progress as it goes; returns the units that failed (the others went on)."""
+    grid = units(cfg)
+    times: dict[str, list[float]] = defaultdict(list)
+    failed: list[Unit] = []
+    show(progress(cfg, grid, None, times))
+    for unit in grid:
+        if is_done(cfg, unit):
+            continue
+        if any(f.key in unit.needs for f in failed):
+            failed.append(unit)
+            continue
+        show(progress(cfg, grid, unit, times))
+        began = time.perf_counter()
+        cmd = [sys.executable, "-m", "envace.cli", "experiment", "--config", config_path, "--unit", unit.key]
+        rc = subprocess.run(cmd, env={**os.environ, "ENVACE_EXPERIMENT_CHILD": "1"}).returncode
+        times[unit.kind].append(time.perf_counter() - began)
+        if rc != 0 or not is_done(cfg, unit):
+            failed.append(unit)
+            show(f"  {unit.key} FAILED (exit {rc}); the grid goes on with the units that do not need it")
+    show(progress(cfg, grid, None, times))
+    return failed
+
+
+def progress(cfg: ExperimentConfig, grid: list[Unit], running: Unit | None, times: dict[str, list[float]]) -> str:
+    """One block of text: done / running / left, mean time per unit kind, and an estimate of what is left."""
+    done = [u for u in grid if is_done(cfg, u)]
+    left = [u for u in grid if not is_done(cfg, u) and u is not running]
+    mean = {k: sum(v) / len(v) for k, v in times.items() if v}
+    eta = sum(mean.get(u.kind, 0.0) for u in left)
+    per = ", ".join(f"{k} {_hms(v)}" for k, v in sorted(mean.items())) or "no unit timed yet"
+    now = f" | running: {running.key}" if running else ""
+    est = f" | about {_hms(eta)} left" if mean else ""
+    return f"[{cfg.name}] done {len(done)}/{len(grid)}{now} | left {len(left)} | per unit: {per}{est}"
+
+
+def listing(cfg: ExperimentConfig) -> str:
+    """``--list``: every unit, its index, what it needs and whether it is done."""
+    lines = [f"{'#':>3}  {'unit':<28} {'needs':<28} status"]
+    for i, unit in enumerate(units(cfg)):
+        status = "done" if is_done(cfg, unit) else "to do"
+        lines.append(f"{i:>3}  {unit.key:<28} {','.join(unit.needs) or '-':<28} {status}")
+    return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

@@ -1,0 +1,114 @@
+"""`envace experiment` end to end on a tiny grid: units, result files, a kill in the middle, resume, and a
+report whose numbers come from the result files only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envace.experiment import load_config
+from envace.experiment.grid import units
+from envace.experiment.runner import fit_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_grid(tmp: Path) -> Path:
+    """2 arms x 2 seeds on the smoke config: 2 warm-start steps, 2 RL steps per run, 2 tasks per split."""
+    config = {
+        "name": "tiny", "base": str(ROOT / "configs/smoke.yaml"), "arms": ["envace", "real_env"], "seeds": [0, 1],
+        "warm_start_steps": 2, "rl_steps": 2, "val_every": 2, "results": str(tmp / "results"),
+        "work": str(tmp / "work"),
+        "evaluation": {"splits": ["val", "test"], "tasks_per_split": 2, "n_values": [0, 2], "modes": ["parallel"],
+                       "max_prompt_tokens": 1200},
+    }  # fmt: skip
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def experiment(config: Path, *args: str, **kw):
+    return subprocess.Popen([sys.executable, "-m", "envace.cli", "experiment", "--config", str(config), *args],
+                            cwd=ROOT, start_new_session=True, **kw)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path: Path) -> None:
+    config = tiny_grid(tmp_path)
+    cfg = load_config(str(config))
+    keys = [u.key for u in units(cfg)]
+    runs = [f"{kind}-{arm}-s{seed}" for seed in (0, 1) for arm in ("envace", "real_env") for kind in ("run", "eval")]
+    assert keys == ["warm_start", "eval-warm_start", *runs]
+    done = cfg.results_dir / "units"
+    proc = experiment(config, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not (done / "run-envace-s0.json").exists():  # kill it in the middle of the grid
+        assert proc.poll() is None and time.time() < deadline, "the grid stopped before its third unit"
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {p.name for p in done.glob("*.json")}
+    assert {"warm_start.json", "eval-warm_start.json", "run-envace-s0.json"} <= before and len(before) < len(keys)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in done.glob("*.json")}
+    finished = experiment(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = finished.communicate(timeout=1200)
+    assert finished.returncode == 0, out[-3000:]
+    assert {p.name for p in done.glob("*.json")} == {f"{k}.json" for k in keys}
+    assert all(done.joinpath(n).stat().st_mtime_ns == t for n, t in mtimes.items())  # done units were not rerun
+    assert "done 10/10" in out
+
+    warm = json.loads((done / "warm_start.json").read_text())
+    assert warm["steps"] == 2 and len(warm["fingerprint"]) == 64
+    for seed in (0, 1):
+        envace = json.loads((done / f"run-envace-s{seed}.json").read_text())
+        real = json.loads((done / f"run-real_env-s{seed}.json").read_text())
+        assert envace["steps"] == real["steps"] == 2
+        assert envace["cost"]["env_calls"] == 0  # self-rehearsal: no environment during RL
+        assert any(t.startswith("val/committed/") for t in envace["curves"])
+    ev = json.loads((done / "eval-envace-s0.json").read_text())
+    assert {i["split"] for i in ev["items"]} == {"val", "test"}
+    assert {i["setting"] for i in ev["items"]} == {"none", "parallel@2"}
+    assert len({(i["split"], i["task_id"]) for i in ev["items"]}) == 4 and len(ev["fidelity"]) == 4
+
+    from envace.experiment.report import load_results, render_report
+
+    report = (cfg.results_dir / "report.md").read_text()
+    assert report == render_report(load_results(cfg.results_dir))  # every number recomputed from the files
+    listed = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(config), "--list"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert listed.returncode == 0 and listed.stdout.count("done") == 10
+
+
+@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu"])
+def test_the_experiment_configs_parse_unit_by_unit(name: str) -> None:
+    """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU)."""
+    from envace.cli import lightning_cli
+
+    cfg = load_config(str(ROOT / f"configs/experiments/{name}.yaml"))
+    grid = units(cfg)
+    assert len(grid) == 2 + 2 * len(cfg.arms) * len(cfg.seeds)
+    before = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        for unit in (u for u in grid if u.kind != "eval" and (u.seed in (None, cfg.seeds[0]))):
+            with pytest.raises(SystemExit) as exit_:
+                lightning_cli(["fit", *fit_args(cfg, unit), "--print_config"])
+            assert exit_.value.code in (0, None), unit.key
+    finally:
+        os.chdir(before)
+
+
+def test_a_bad_experiment_config_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbase: configs/bfcl.yaml\narms: [envace]\nevaluation: {splits: [val], nvalues: [0]}\n")
+    out = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(bad), "--list"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 2 and "evaluation.nvalues" in out.stderr and len(out.stderr.strip().splitlines()) == 1

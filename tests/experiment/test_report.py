@@ -1,0 +1,386 @@
+"""The experiment report: bootstrap and power arithmetic, strict result files, verdicts on a grid whose
+truth the test sets, byte-identical re-rendering, figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envace.experiment.figures import curve_tags, mean_curve
+from envace.experiment.hypotheses import format_interval
+from envace.experiment.report import load_results, render_report, write_report
+from envace.experiment.stats import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    cluster_bootstrap,
+    minimum_detectable_difference,
+    paired_difference,
+    verdict,
+)
+
+ARMS = ("envace", "real_env", "sft_only")
+SEEDS = (0, 1)
+SPLITS = ("val", "test")
+SETTINGS = ("none", "parallel@2")
+N_TASKS = 10
+N_BOOT = 500
+RATES = {"warm_start": 0.3, "envace": 0.8, "real_env": 0.2, "sft_only": 0.5, "simulator": 0.4}
+FIDELITY = {"warm_start": 0.6, "envace": 0.65, "real_env": 0.4, "sft_only": 0.55, "simulator": 0.5}
+
+
+def _succeeds(rate: float, offset: int, seed: int, i: int) -> bool:
+    # task i succeeds iff (i + offset + seed) mod 10 < round(10·rate): the seeds of one task can disagree
+    return (i + offset + seed) % N_TASKS < round(N_TASKS * rate)
+
+
+def _write(path: Path, obj: dict[str, Any]) -> None:
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _eval(arm: str, seed: int | None, rates: dict[str, float], rehearsal: dict[str, float], offset: int) -> dict:
+    s = seed or 0
+    items, fidelity = [], []
+    for split in SPLITS:
+        for i in range(N_TASKS):
+            for setting in SETTINGS:
+                rate = rates[arm] if setting == "none" else rehearsal.get(arm, rates[arm])
+                ok = _succeeds(rate, offset, s, i)
+                n, mode = (0, "none") if setting == "none" else (2, "parallel")
+                items.append(
+                    {
+                        "split": split,
+                        "task_id": f"t{i:02d}",
+                        "setting": setting,
+                        "n": n,
+                        "mode": mode,
+                        "success": ok,
+                        "score": float(ok),
+                        "turn_score": 1.0 if ok else 0.25,
+                    }
+                )
+            value = None if i == N_TASKS - 1 else FIDELITY[arm] + 0.01 * i + 0.01 * s  # the last task has no pairs
+            fidelity.append(
+                {
+                    "split": split,
+                    "task_id": f"t{i:02d}",
+                    "pairs": 0 if value is None else 3,
+                    "value_f1": value,
+                    "key_f1": value,
+                    "json_valid": 1.0,
+                    "error_agreement": 1.0,
+                }
+            )
+    policy = "warm_start" if arm == "warm_start" else f"{arm}-s{seed}"
+    return {
+        "unit": f"eval-{policy}",
+        "kind": "eval",
+        "policy": policy,
+        "arm": arm,
+        "seed": seed,
+        "seconds": 12.5,
+        "items": items,
+        "fidelity": fidelity,
+    }
+
+
+def _run(arm: str, seed: int, env_calls: int) -> dict:
+    curves = {
+        "val/committed/official_success/bfcl": [[0, 0.3], [10, RATES[arm]]],
+        "val/imagined/fidelity_gold/value_f1": [[0, 0.6], [10, FIDELITY[arm] + 0.01 * seed]],
+        "val/committed/format_ok": [[0, 1.0]],
+    }
+    cost = {
+        "act_tokens": 1000 + seed,
+        "rehearse_tokens": 400 if arm == "envace" else 0,
+        "env_calls": env_calls,
+        "generated_tokens": 1400,
+    }
+    return {
+        "unit": f"run-{arm}-s{seed}",
+        "kind": "run",
+        "arm": arm,
+        "seed": seed,
+        "seconds": 100.0 + seed,
+        "steps": 10,
+        "cost": cost,
+        "curves": curves,
+    }
+
+
+def make_grid(
+    folder: Path,
+    arms: tuple[str, ...] = ARMS,
+    rates: dict[str, float] | None = None,
+    offsets: dict[str, int] | None = None,
+    rehearsal: dict[str, float] | None = None,
+    env_calls: dict[str, int] | None = None,
+) -> Path:
+    """Write experiment.json and units/*.json of a grid whose truth is set by the arguments.
+
+    Args:
+        folder: the experiment folder.
+        arms: the grid's arms.
+        rates: success rate per arm (and ``warm_start``) with no rehearsal.
+        offsets: which tasks an arm solves (shifts the solved block).
+        rehearsal: success rate with ``parallel@2`` (default: the same as with none).
+        env_calls: environment calls of each run of an arm during RL (default: 0 for envace, 40 for the rest).
+    """
+    rates = {**RATES, **(rates or {})}
+    offsets = offsets or {}
+    units = folder / "units"
+    units.mkdir(parents=True)
+    _write(
+        folder / "experiment.json",
+        {
+            "name": "synthetic",
+            "arms": list(arms),
+            "seeds": list(SEEDS),
+            "reference_arm": "envace",
+            "splits": list(SPLITS),
+            "settings": list(SETTINGS),
+        },
+    )
+    _write(
+        units / "warm_start.json",
+        {"unit": "warm_start", "kind": "warm_start", "seconds": 50.0, "steps": 5, "fingerprint": "abc123"},
+    )
+    _write(units / "eval-warm_start.json", _eval("warm_start", None, rates, rehearsal or {}, 0))
+    for arm in arms:
+        for seed in SEEDS:
+            calls = (env_calls or {}).get(arm, 0 if arm == "envace" else 40)
+            _write(units / f"run-{arm}-s{seed}.json", _run(arm, seed, calls))
+            _write(units / f"eval-{arm}-s{seed}.json", _eval(arm, seed, rates, rehearsal or {}, offsets.get(arm, 0)))
+    return folder
+
+
+def _report(folder: Path) -> str:
+    return render_report(load_results(folder), n_boot=N_BOOT)
+
+
+def _verdict_line(text: str, name: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"- **{name}**"))
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def test_cluster_bootstrap_contains_the_mean_and_shrinks_with_more_tasks() -> None:
+    rng = random.Random(0)
+
+    def draw(n: int) -> dict[str, list[float]]:
+        return {f"t{i}": [float(rng.random() < 0.4) for _ in range(2)] for i in range(n)}
+
+    small, large = cluster_bootstrap(draw(10), n_boot=N_BOOT), cluster_bootstrap(draw(400), n_boot=N_BOOT)
+    for mean, lo, hi in (small, large):
+        assert lo <= mean <= hi
+    assert large[2] - large[1] < (small[2] - small[1]) / 3  # √(400/10) ≈ 6.3 times narrower in theory
+
+
+def test_cluster_bootstrap_resamples_seeds_within_a_task_and_is_deterministic() -> None:
+    # one task, seeds [0, 1]: resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4
+    assert cluster_bootstrap({"a": [0.0, 1.0]}, n_boot=N_BOOT) == (0.5, 0.0, 1.0)
+    values = {"a": [0.0, 1.0], "b": [1.0], "c": [0.5, 0.5, 0.0]}
+    assert cluster_bootstrap(values, n_boot=N_BOOT, seed=3) == cluster_bootstrap(
+        dict(reversed(values.items())), n_boot=N_BOOT, seed=3
+    )
+    with pytest.raises(ValueError):
+        cluster_bootstrap({"a": []})
+
+
+def test_paired_difference_pairs_by_shared_task() -> None:
+    a = {"x": [0.9, 0.9], "y": [0.4, 0.4], "only_a": [1.0]}
+    b = {"x": [0.8, 0.8], "y": [0.3, 0.3], "only_b": [0.0]}
+    mean, lo, hi, n = paired_difference(a, b, n_boot=N_BOOT)  # every task differs by 0.1, whatever is resampled
+    assert n == 2 and math.isclose(mean, 0.1) and math.isclose(lo, 0.1) and math.isclose(hi, 0.1)
+    with pytest.raises(ValueError):
+        paired_difference({"x": [1.0]}, {"y": [1.0]})
+
+
+def test_minimum_detectable_difference_by_hand() -> None:
+    # z_0.975 + z_0.8 = 1.959964 + 0.841621 = 2.801585
+    # p = 0.5, 100 tasks × 2 seeds: √(2·0.25/200) = 0.05 → 0.1400793
+    assert math.isclose(minimum_detectable_difference(0.5, 100, 2), 0.1400793, abs_tol=1e-6)
+    # p = 0.2, 20 tasks × 2 seeds: √(2·0.16/40) = 0.0894427 → 0.2505814
+    assert math.isclose(minimum_detectable_difference(0.2, 20, 2), 0.2505814, abs_tol=1e-6)
+    assert minimum_detectable_difference(0.0, 20, 2) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "direction", "expected"),
+    [
+        (0.01, 0.2, "≥", SUPPORTED),
+        (0.0, 0.2, "≥", INCONCLUSIVE),
+        (-0.1, 0.1, ">", INCONCLUSIVE),
+        (-0.2, -0.01, ">", CONTRADICTED),
+        (-0.2, -0.01, "<", SUPPORTED),
+        (0.1, 0.2, "≤", CONTRADICTED),
+    ],
+)
+def test_verdict(lo: float, hi: float, direction: str, expected: str) -> None:
+    assert verdict(lo, hi, direction) == expected
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def test_render_twice_is_identical(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    assert _report(folder) == _report(folder)
+    first = write_report(folder, n_boot=N_BOOT).read_bytes()
+    assert write_report(folder, n_boot=N_BOOT).read_bytes() == first
+
+
+def _per_task(folder: Path, arm: str, splits: tuple[str, ...], field: str) -> dict[str, list[float]]:
+    """Per-task values recomputed from the unit files by hand (keys ``split/task``, seeds in order)."""
+    out: dict[str, list[float]] = {}
+    files = sorted((folder / "units").glob(f"eval-{arm}*.json"))
+    for doc in sorted((json.loads(f.read_text()) for f in files), key=lambda d: d["seed"] or 0):
+        rows = doc["fidelity"] if field == "value_f1" else [r for r in doc["items"] if r["setting"] == "none"]
+        for r in rows:
+            if r["split"] in splits and r[field] is not None:
+                out.setdefault(f"{r['split']}/{r['task_id']}", []).append(float(r[field]))
+    return out
+
+
+def test_main_table_equals_a_recomputation(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    text = _report(folder)
+    table = text.split("## Results")[1].split("###")[0]
+    rows = {
+        r.split(" | ")[0].strip("| "): r.strip("| ").split(" | ")[1:]
+        for r in table.splitlines()
+        if r.startswith("| ") and not r.startswith("| policy")
+    }
+    assert list(rows) == ["warm start", *ARMS]
+    for label, cells in rows.items():
+        arm = "warm_start" if label == "warm start" else label
+        columns = [("val",), ("test",), SPLITS, SPLITS]
+        fields = ["success", "success", "turn_score", "value_f1"]
+        expected = [
+            format_interval(cluster_bootstrap(_per_task(folder, arm, s, f), n_boot=N_BOOT))
+            for s, f in zip(columns, fields, strict=True)
+        ]
+        assert cells == expected, label
+    # envace solves 8 of 10 tasks on seed 0 and a shifted 8 on seed 1: per-task means 1 ×7, 0.5 ×2, 0 → 0.8
+    assert rows["envace"][0].startswith("0.800 [")
+
+
+def test_mdd_comes_before_any_result_and_uses_the_warm_start_rate(tmp_path: Path) -> None:
+    text = _report(make_grid(tmp_path / "exp"))
+    assert text.index("## Minimum detectable difference") < text.index("## Results")
+    mdd = text.split("## Minimum detectable difference")[1].split("## Results")[0]
+    # pooled: n = 20 tasks, k = 2 seeds, p = 0.3 (warm start): 2.801585·√(2·0.21/40) = 0.287; p = 0.5: 0.313
+    assert "| pooled | 20 | 2 | 0.300 | 0.287 | 0.313 |" in mdd
+
+
+@pytest.mark.parametrize(
+    ("rates", "offsets", "expected"),
+    [
+        ({"envace": 0.8, "real_env": 0.2}, {}, "supported"),
+        ({"envace": 0.5, "real_env": 0.5}, {"real_env": 5}, "inconclusive at this scale"),  # other tasks, same rate
+        ({"envace": 0.0, "real_env": 0.5}, {}, "contradicted"),
+    ],
+)
+def test_h1_follows_the_truth(tmp_path: Path, rates: dict[str, float], offsets: dict[str, int], expected: str) -> None:
+    text = _report(make_grid(tmp_path / "exp", rates=rates, offsets=offsets))
+    assert f": **{expected}**." in _verdict_line(text, "H1")
+
+
+def test_h1_is_contradicted_when_envace_called_the_environment(tmp_path: Path) -> None:
+    line = _verdict_line(_report(make_grid(tmp_path / "exp", env_calls={"envace": 3})), "H1")
+    assert "**contradicted**" in line and "s0: 3, s1: 3" in line
+
+
+def test_arm_missing_from_the_grid_leaves_its_hypothesis_untested(tmp_path: Path) -> None:
+    text = _report(make_grid(tmp_path / "exp"))
+    assert "**not tested (arm simulator not in the grid)**" in _verdict_line(text, "H2")
+    with_simulator = _report(make_grid(tmp_path / "exp2", arms=(*ARMS, "simulator")))
+    assert "**supported**" in _verdict_line(with_simulator, "H2")  # envace 0.8 vs simulator 0.4 and sft_only 0.5
+
+
+def test_h3_and_h4_on_the_synthetic_truth(tmp_path: Path) -> None:
+    # fidelity: envace 0.65 vs warm 0.60 (holds), real_env 0.40 (falls); rehearsal lifts envace 0.8 → 1.0 only
+    text = _report(make_grid(tmp_path / "exp", rehearsal={"envace": 1.0}))
+    assert "**supported**" in _verdict_line(text, "H3")
+    assert "**supported**" in _verdict_line(text, "H4") and "parallel@2" in _verdict_line(text, "H4")
+    hurt = _report(make_grid(tmp_path / "exp2", rehearsal={"envace": 0.3}))
+    assert "**contradicted**" in _verdict_line(hurt, "H4")
+
+
+def test_partial_grid_renders_and_lists_missing_units(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    (folder / "units" / "eval-real_env-s1.json").unlink()
+    assert "eval-real_env-s1" in _report(folder).split("## Minimum")[0]
+
+
+def _break_missing(doc: dict) -> None:
+    del doc["seconds"]
+
+
+def _break_type(doc: dict) -> None:
+    doc["seed"] = "0"
+
+
+def _break_nested(doc: dict) -> None:
+    doc["cost"]["env_calls"] = 1.5
+
+
+@pytest.mark.parametrize(
+    ("unit", "breaks", "field"),
+    [
+        ("run-envace-s0", _break_missing, "seconds"),
+        ("run-real_env-s1", _break_type, "seed"),
+        ("run-envace-s1", _break_nested, "cost.env_calls"),
+    ],
+)
+def test_malformed_file_raises_naming_file_and_field(tmp_path: Path, unit: str, breaks: Any, field: str) -> None:
+    folder = make_grid(tmp_path / "exp")
+    path = folder / "units" / f"{unit}.json"
+    doc = json.loads(path.read_text())
+    breaks(doc)
+    _write(path, doc)
+    with pytest.raises(ValueError, match=rf"{unit}\.json: field '{field}'"):
+        load_results(folder)
+
+
+def test_malformed_eval_item_and_invalid_json(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    path = folder / "units" / "eval-envace-s0.json"
+    doc = json.loads(path.read_text())
+    doc["items"][3]["success"] = 1  # an integer is not a boolean
+    _write(path, doc)
+    with pytest.raises(ValueError, match=r"eval-envace-s0\.json: field 'items\[3\]\.success' must be a boolean"):
+        load_results(folder)
+    path.write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"eval-envace-s0\.json: not valid JSON"):
+        load_results(folder)
+
+
+def test_figures_are_written_as_png_and_linked(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    text = write_report(folder, n_boot=N_BOOT).read_text()
+    for name in ("success.png", "curves.png", "rehearsal.png", "fidelity.png"):
+        assert (folder / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"(figures/{name})" in text
+
+
+def test_two_files_of_one_unit_are_an_error(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    doc = json.loads((folder / "units" / "eval-envace-s0.json").read_text())
+    doc["unit"] = "eval-envace-s0-again"  # another name, the same policy
+    _write(folder / "units" / "eval-envace-s0-again.json", doc)
+    with pytest.raises(ValueError, match="policy .envace-s0. was already read from"):
+        load_results(folder)
+
+
+def test_curves_figure_shows_only_the_validation_tags_it_names(tmp_path: Path) -> None:
+    results = load_results(make_grid(tmp_path / "exp"))
+    assert curve_tags(results) == ["val/committed/official_success/bfcl", "val/imagined/fidelity_gold/value_f1"]
+    # envace logged 0.8 at step 10 on both seeds; fidelity 0.65 and 0.66 average to 0.655
+    assert mean_curve(results, "envace", "val/imagined/fidelity_gold/value_f1") == [(0, 0.6), (10, 0.655)]
