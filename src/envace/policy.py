@@ -115,7 +115,7 @@ def packaged_folder(name: str = "smollm2-135m") -> Path:
             return out
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model.hf_quantizer = None  # type: ignore[assignment]  # de-quantised already; lets save_pretrained run
+        model = plain_weights(model)  # de-quantised already; lets save_pretrained run
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
         try:
             model.save_pretrained(tmp)
@@ -124,6 +124,18 @@ def packaged_folder(name: str = "smollm2-135m") -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def plain_weights(model: Any) -> Any:
+    """``model`` without the GGUF quantisation record of its source: the packaged model's weights are
+    de-quantised when it is converted, but its config keeps ``quantization_config`` (``gguf``), and
+    transformers then refuses to save it (``envace export``, a save_pretrained of a trained policy)."""
+    config = getattr(model.config, "quantization_config", None)
+    method = config.get("quant_method") if isinstance(config, dict) else getattr(config, "quant_method", None)
+    if str(getattr(method, "value", method)) == "gguf":
+        model.hf_quantizer = None
+        del model.config.quantization_config
+    return model
 
 
 def resolve(name_or_path: str) -> str:
@@ -184,7 +196,7 @@ def load_model(spec: PolicySpec) -> PreTrainedModel:
             model = LlamaForCausalLM(tiny_config(load_tokenizer(TINY), spec.tiny_layers, spec.tiny_hidden))
         model = model.to(dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(resolve(spec.name_or_path), dtype=dtype)
+        model = plain_weights(AutoModelForCausalLM.from_pretrained(resolve(spec.name_or_path), dtype=dtype))
     if spec.gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

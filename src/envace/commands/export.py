@@ -20,7 +20,7 @@ only with ``--force``.
 
 Example::
 
-    envace export --ckpt runs/lightning_logs/version_0/checkpoints/last.ckpt --out exports/policy
+    envace export --ckpt runs/bfcl/envace/checkpoints/last.ckpt --out exports/bfcl-envace
 """
 
 from __future__ import annotations
