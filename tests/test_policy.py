@@ -72,3 +72,21 @@ def test_packaged_model_generates_and_parses() -> None:
     parsed = parse_act(text, [tool])  # calls or structured errors; never an exception
     assert all((c is None) != (e is None) for c, e in zip(parsed.calls, parsed.errors, strict=True))
     assert isinstance(parse_rehearsal(text), dict | list)
+
+
+@pytest.mark.slow
+def test_the_packaged_model_saves_and_reloads_as_plain_weights(tmp_path) -> None:
+    """Its GGUF origin is forgotten once de-quantised: save_pretrained (envace export) works and the
+    saved folder gives the same logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from envace.policy import PolicySpec, load_model
+
+    model = load_model(PolicySpec("smollm2-135m")).eval()
+    assert getattr(model.config, "quantization_config", None) is None
+    model.save_pretrained(tmp_path)
+    again = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[1, 42, 7, 300]])
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
