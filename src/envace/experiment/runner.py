@@ -200,10 +200,13 @@ def progress(cfg: ExperimentConfig, grid: list[Unit], running: Unit | None, time
     done = [u for u in grid if is_done(cfg, u)]
     left = [u for u in grid if not is_done(cfg, u) and u is not running]
     mean = {k: sum(v) / len(v) for k, v in times.items() if v}
-    eta = sum(mean.get(u.kind, 0.0) for u in left)
+    untimed = sorted({u.kind for u in left} - set(mean))
     per = ", ".join(f"{k} {_hms(v)}" for k, v in sorted(mean.items())) or "no unit timed yet"
     now = f" | running: {running.key}" if running else ""
-    est = f" | about {_hms(eta)} left" if mean else ""
+    if untimed:
+        est = f" | an estimate once a {' and a '.join(untimed)} unit is timed" if left else ""
+    else:
+        est = f" | about {_hms(sum(mean[u.kind] for u in left))} left" if left else ""
     return f"[{cfg.name}] done {len(done)}/{len(grid)}{now} | left {len(left)} | per unit: {per}{est}"
 
 
