@@ -82,6 +82,16 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
 
     report = (cfg.results_dir / "report.md").read_text()
     assert report == render_report(load_results(cfg.results_dir))  # every number recomputed from the files
+    # a fresh machine: the warm start's checkpoint is gone; what starts from it reruns its fit and checks
+    # that it gives the recorded weights before going on
+    import shutil
+
+    shutil.rmtree(cfg.work_dir / "warm_start")
+    (done / "eval-warm_start.json").unlink()
+    again = experiment(config, "--no-report", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0 and "its checkpoint is missing" in out, out[-3000:]
+    assert (done / "eval-warm_start.json").exists()
     listed = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(config), "--list"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert listed.returncode == 0 and listed.stdout.count("done") == 10

@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.grid import ExperimentConfig, Unit, is_done, units, write_result
+from envace.experiment.grid import ExperimentConfig, Unit, is_done, result_path, units, write_result
 
 
 def unit_dir(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -136,9 +136,10 @@ def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
     from envace.policy import read_checkpoint
 
     steps = int(read_checkpoint(str(last)).get("global_step", 0))
-    base = {"unit": unit.key, "kind": unit.kind, "seconds": round(spent_seconds(cfg, unit), 1), "steps": steps}
+    base = {"unit": unit.key, "kind": unit.kind, "seconds": round(spent_seconds(cfg, unit), 1), "steps": steps,
+            "fingerprint": fingerprint(last)}  # fmt: skip
     if unit.kind == "warm_start":
-        return {**base, "fingerprint": fingerprint(last)}
+        return base
     scalars = event_scalars(unit_dir(cfg, unit) / "fit")
     cost = {
         k: int(sum(v for _, v in scalars.get(f"cost/{k}", []))) for k in ("act_tokens", "rehearse_tokens", "env_calls")
@@ -154,6 +155,8 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
     missing = [k for k in unit.needs if not is_done(cfg, grid[k])]
     if missing:
         raise ValueError(f"unit {unit.key} starts from {', '.join(missing)}: run that first")
+    for key in unit.needs:
+        ensure_checkpoint(cfg, grid[key])
     if unit.kind == "eval":
         from envace.experiment.evaluate import evaluate_unit
 
@@ -163,6 +166,24 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
         return write_result(cfg, unit, result)
     run_fit(cfg, unit)
     return write_result(cfg, unit, fit_result(cfg, unit))
+
+
+def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
+    """The finished ``unit``'s checkpoint, which the units after it start from: when it is missing (a
+    fresh machine, a cleaned cache), its fit runs again, and must give the weights its result file
+    records; else the grid would mix two versions of it, and it stops."""
+    last = last_checkpoint(cfg, unit.key)
+    if last.is_file():
+        return
+    recorded = json.loads(result_path(cfg, unit).read_text()).get("fingerprint")
+    print(f"[{cfg.name}] {unit.key}: its checkpoint is missing ({last}); running its fit again", flush=True)
+    run_fit(cfg, unit)
+    again = fingerprint(last)
+    if recorded is not None and again != recorded:
+        raise ValueError(
+            f"{unit.key}: run again, it gives other weights ({again[:12]} against the recorded {recorded[:12]}): "
+            f"the grid would mix two versions of it; restore its checkpoint, or rerun what starts from it"
+        )
 
 
 def policy_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
