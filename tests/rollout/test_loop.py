@@ -22,6 +22,7 @@ from envace.rollout import (
     make_rollout,
 )
 from envace.rollout.reference import NoopEngine, OracleEngine, ScriptedEngine
+from envace.rollout.responders import ToolTurn
 from envace.types import ROLE_IDS, CallRecord, Task, ToolCall
 
 FMT = HermesFormat(tool_style="compact")
@@ -218,6 +219,24 @@ def test_limits_end_episodes_with_flags(tokenizer, bfcl_tasks) -> None:
     ep = make_rollout(Always(tokenizer, "hi"), tokenizer, FMT, RealEnvironment(), tight).run([task], 1)[0]
     assert ep.flags == {"max_episode_tokens"} and ep.turn == 1  # turn 1 began; its act found no room
     assert len(ep.messages) == 3  # user, assistant "hi", user
+
+
+def test_a_response_longer_than_the_episode_budget_ends_the_episode_unappended(tokenizer, bfcl_tasks) -> None:
+    """A real environment's response can be any length (BFCL long-context classes): one that does not fit
+    ends the episode with the limit's flag instead of growing it past its budget (it OOM-killed a
+    real_env fit on 24 GB); the call is still recorded."""
+
+    class Huge(RealEnvironment):
+        def respond(self, episodes, calls):
+            return [ToolTurn({"data": "lorem ipsum " * 5000}, writer="environment") for _ in calls]
+
+    task = bfcl_tasks["multi_turn_base_0"]
+    call = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
+    limits = RolloutLimits(max_episode_tokens=3000)
+    ep = make_rollout(Always(tokenizer, call), tokenizer, FMT, Huge(), limits).run([task], 1)[0]
+    assert ep.flags == {"max_episode_tokens"} and len(ep.ids) <= 3000 and len(ep.calls) == 1
+    small = make_rollout(Always(tokenizer, call), tokenizer, FMT, RealEnvironment(), limits).run([task], 1)[0]
+    assert "max_episode_tokens" not in small.flags or len(small.calls) > 1
 
 
 def test_truncated_generation_is_flagged(tokenizer, tiny_model, bfcl_tasks) -> None:

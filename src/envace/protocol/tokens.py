@@ -89,6 +89,10 @@ class EpisodeBuilder:
         """Append template or environment text the policy did not write."""
         return self._append(self.encode(text), "context")
 
+    def context_ids(self, ids: list[int]) -> slice:
+        """Append ids the policy did not write (another model's sample, a rendered response)."""
+        return self._append(list(ids), "context")
+
     def sampled(self, ids: list[int], role: Role, logprobs: list[float]) -> slice:
         """Append ids the policy sampled, with their sampling log-probs."""
         if len(ids) != len(logprobs):

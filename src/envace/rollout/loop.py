@@ -258,7 +258,7 @@ class Rollout:
                 assert turn.logprobs is not None
                 ep.builder.sampled(turn.ids, "rehearse", turn.logprobs)
             else:  # another model's tokens, as it sampled them: context
-                ep.builder.sampled(turn.ids, "context", [0.0] * len(turn.ids))
+                ep.builder.context_ids(turn.ids)
             if turn.stopped:
                 ep.builder.context(self.fmt.tool().trailer)
             else:
@@ -273,8 +273,16 @@ class Rollout:
         ep.messages.append(Message("tool", json.dumps(turn.response, ensure_ascii=False), name=call.name))
 
     def _context_tool_turn(self, ep: Episode, response: JSON) -> None:
+        """Append a response someone else wrote (an environment, a record, an error), rendered; one
+        that does not fit the episode's token budget ends it (``max_episode_tokens``) unappended: a
+        real response can be any length (BFCL's long-context classes return thousands of tokens),
+        and an episode past its budget would be a memory bill for the update, not a longer lesson."""
         p = self.fmt.tool()
-        ep.builder.context(p.header + self.fmt.tool_body(response) + p.end + p.trailer)
+        ids = self.encode(p.header + self.fmt.tool_body(response) + p.end + p.trailer)
+        if len(ep.ids) + len(ids) > self.limits.max_episode_tokens:
+            ep.finish("max_episode_tokens")
+            return
+        ep.builder.context_ids(ids)
 
 
 # --- many episodes at once -------------------------------------------------------------------------
