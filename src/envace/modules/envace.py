@@ -69,12 +69,15 @@ class EnvACEModule(PolicyModule):
         self.rl_lr_scale = rl_lr_scale
 
     def lr_factor(self, step: int) -> float:
-        rl = not self.warm_start_only and step >= self.warm_start_steps
-        return super().lr_factor(step) * (self.rl_lr_scale if rl else 1.0)
+        return super().lr_factor(step) * (1.0 if self.warm_start_at(step) else self.rl_lr_scale)
+
+    def warm_start_at(self, step: int) -> bool:
+        """Whether optimizer step ``step`` is a grounded warm-start step (else an RL step)."""
+        return self.warm_start_only or step < self.warm_start_steps
 
     @property
     def warming_up(self) -> bool:
-        return self.warm_start_only or self.global_step < self.warm_start_steps
+        return self.warm_start_at(self.global_step)
 
     # --- the simulator -----------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -84,8 +87,6 @@ class EnvACEModule(PolicyModule):
         spec = self.simulator_spec
         if built or spec is None:
             return
-        if spec.trainable and self.loss.kl_coef > 0 and self.policy_spec.lora is None:
-            raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
         self.simulator = build_simulator(spec, self.policy, self.policy_spec, share_base=self.device_mesh is None)
         if self.device_mesh is not None:
             self._shard(self.simulator, self.device_mesh)
