@@ -1,9 +1,15 @@
 """Command-line entry points beyond ``fit``, each a module's ``main(argv)``; :data:`envace.cli.COMMANDS`
-names them.
+names them, and what every command shares.
 
 * ``envace show`` (formerly ``envace rehearse``) — :func:`envace.commands.show.show` (``jsonargparse.CLI``):
   one task, the policy acting and rehearsing next to the real environment; transcript by role,
   side-by-side responses, fidelity, reward.
 * ``envace export`` — :mod:`envace.commands.export` (argparse: flags without values): a trained
   checkpoint's act or rehearse weights as a ``save_pretrained`` folder (LoRA merged, or adapters).
+* :mod:`~envace.commands.errors` — a bad command line or config as one or two lines, with the nearest
+  valid name (``did you mean``), for every command's parser.
+* :mod:`~envace.commands.preflight` — files, model names and logger packages checked before anything
+  is built; ``envace evaluate`` runs through it.
+* :mod:`~envace.commands.usage` — ``envace --help``, and the help of every nested hyperparameter group
+  (``envace fit --model.policy.lora.help``).
 """
