@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,6 +44,24 @@ def vitabench_data() -> Path:
     if not VITABENCH.exists():
         pytest.skip(f"VitaBench data folder not found at {VITABENCH} (set ENVACE_VITABENCH)")
     return VITABENCH
+
+
+@pytest.fixture(scope="session")
+def smoke_fit(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One fit of configs/smoke.yaml, its validation also run before training (2 warm-start and 2 RL
+    steps; about 15 s on two cores), shared by the tests that read a run: ``.dir`` (the events under
+    ``runs/``) and ``.cli`` (the LightningCLI that ran it)."""
+    from envace.cli import lightning_cli
+
+    smoke = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+    run = tmp_path_factory.mktemp("smoke_fit")
+    before = os.getcwd()
+    os.chdir(run)  # the config's relative runs/ folder lands here
+    try:
+        cli = lightning_cli(["fit", "--config", str(smoke), "--trainer.num_sanity_val_steps=-1"])
+    finally:
+        os.chdir(before)
+    return SimpleNamespace(dir=run, cli=cli)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -49,10 +49,10 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
     assert cli.trainer.optimizers[0].param_groups[0]["lr"] == 0.5e-3  # and the schedule follows the RL phase
     tags = _scalars(tmp_path)
     assert len(tags["train/sft/loss"]) >= 2 and len(tags["train/rl/loss"]) >= 2  # 2 warm-start + 2 RL steps
-    for key in ("reward/all", "reward/group_std", "rollout/act_tokens", "rollout/tokens_per_s",
+    for key in ("train/reward/all", "train/rl/reward/group_std", "train/rollout/act_tokens",
                 "val/imagined/fidelity/pairs", "val/imagined/fidelity_gold/pairs", "val/imagined/proxy_score/all",
                 "val/committed/official_success/bfcl", "val/committed/proxy_score/bfcl", "val/committed/proxy_gap/bfcl",
-                "val/committed/turn_score/bfcl"):  # fmt: skip
+                "val/committed/turn_score/bfcl", "train/rollout/tokens_per_s"):  # fmt: skip
         assert key in tags, key
     last = next(tmp_path.rglob("last.ckpt"))
     state = torch.load(last, weights_only=False)["state_dict"]

@@ -1,5 +1,6 @@
-"""Callbacks that turn step outputs (episodes, rewards, rollout stats) into ``reward/*``,
-``success/*``, ``rollout/*`` and ``val/*`` scalars and sample transcripts. The math is in plain functions."""
+"""Callbacks that turn step outputs (episodes, rewards, rollout stats) into ``train/*``, ``cost/*`` and
+``val/*`` scalars and sample transcripts (every key: docs/metrics.md). The math is in plain functions,
+whose keys name no split; the callback puts a training step's under ``train/``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any, cast
 
 import lightning.pytorch as pl
 
+from envace.callbacks.board import write_layout
 from envace.modules.outputs import RLStepOutput, ValStepOutput
+from envace.modules.scalars import log_step, step_index
 from envace.rewards.base import RewardOutput
 from envace.rewards.toolf1 import tool_f1
 from envace.rollout.episode import Episode, RolloutStats
@@ -60,27 +63,9 @@ def act_metrics(episodes: list[Episode], prefix: str = "act/") -> dict[str, floa
     return {f"{prefix}tool_f1/{b}": sum(v) / len(v) for b, v in sorted(by.items(), key=lambda kv: kv[0] == "all")}
 
 
-def group_metrics(episodes: list[Episode], rewards: list[RewardOutput]) -> dict[str, float]:
-    """Reward spread within groups: mean std, and the fraction of groups with zero variance."""
-    groups: dict[int, list[float]] = defaultdict(list)
-    for ep, r in zip(episodes, rewards, strict=True):
-        if not r.masked:
-            groups[ep.group].append(float(r.score or 0.0))
-    if not groups:
-        return {}
-    stds = []
-    for scores in groups.values():
-        mean = sum(scores) / len(scores)
-        stds.append((sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5)
-    return {
-        "reward/group_std": sum(stds) / len(stds),
-        "reward/zero_variance_groups": sum(s == 0 for s in stds) / len(stds),
-    }
-
-
 def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
-    """Per-episode token counts per role, turns, and error/truncation rates; ``cost/*``: the step's
-    totals (tokens each role generated, calls a real environment answered), to sum over a run."""
+    """Per-episode token counts per role, turns, calls, and error/truncation rates; the rollout's
+    generation rate and wall time."""
     n = max(stats.episodes, 1)
     attempted = stats.calls + stats.format_errors
     return {
@@ -93,6 +78,13 @@ def rollout_metrics(stats: RolloutStats) -> dict[str, float]:
         "rollout/truncation_rate": stats.truncated / n,
         "rollout/tokens_per_s": stats.generated_tokens_per_s,
         "rollout/seconds": stats.seconds,
+    }
+
+
+def cost_metrics(stats: RolloutStats) -> dict[str, float]:
+    """``cost/*``: the step's totals (tokens each role generated, calls a real environment answered),
+    logged at every step, to sum over a run."""
+    return {
         "cost/act_tokens": float(stats.act_tokens),
         "cost/rehearse_tokens": float(stats.rehearse_tokens),
         "cost/env_calls": float(stats.env_calls),
@@ -179,20 +171,25 @@ def log_scalars(
     average over processes (off for figures that are already global, torchmetrics' ``compute``)."""
     if trainer.sanity_checking:
         for logger in trainer.loggers:
-            logger.log_metrics(scalars, step=trainer.global_step)
+            logger.log_metrics(scalars, step=step_index(trainer))
     else:
         pl_module.log_dict(scalars, batch_size=max(n, 1), sync_dist=sync)
 
 
 class RolloutLogger(pl.Callback):
-    """Logs ``reward/*``, ``success/*``, ``act/*``, ``rollout/*`` after each RL step, and after each
-    validation epoch ``val/committed/*`` (the policy against the real environment: the official
-    checker, the proxy, their gap, ``act_tool_f1``) and ``val/imagined/*`` (the proxy's score of the
-    episodes whose calls the policy answered itself — biased toward self-rehearsal, shown for
-    comparison only)."""
+    """Logs ``train/reward/*``, ``train/success/*``, ``train/act/*``, ``train/rollout/*`` and ``cost/*``
+    after each RL step (once, at that step), and after each validation epoch ``val/committed/*`` (the
+    policy against the real environment: the official checker, the proxy, their gap,
+    ``act_tool_f1``) and ``val/imagined/*`` (the proxy's score of the episodes whose calls the policy
+    answered itself — biased toward self-rehearsal, shown for comparison only), with one transcript
+    of each family. At fit start it writes TensorBoard's custom-scalars layout
+    (:data:`~envace.callbacks.board.LAYOUT`)."""
 
     def __init__(self) -> None:
         self._val: list[ValStepOutput] = []
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        write_layout(trainer)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # fmt: skip
@@ -200,10 +197,12 @@ class RolloutLogger(pl.Callback):
             return  # a warm-start step (SFTStepOutput): nothing rolled out
         out = cast(RLStepOutput, outputs)
         scalars = reward_metrics(out["episodes"], out["rewards"])
-        scalars |= group_metrics(out["episodes"], out["rewards"])
         scalars |= act_metrics(out["episodes"])
         scalars |= rollout_metrics(out["rollout"])
-        pl_module.log_dict(scalars, batch_size=len(out["episodes"]))
+        log_step(pl_module, {f"train/{k}": v for k, v in scalars.items()})
+        log_step(pl_module, cost_metrics(out["rollout"]), always=True)
+        if "reward/all" in scalars:
+            pl_module.log("reward", scalars["reward/all"], prog_bar=True, logger=False, batch_size=len(out["episodes"]))
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
@@ -226,5 +225,5 @@ class RolloutLogger(pl.Callback):
         if hasattr(experiment, "add_text"):
             for name, episodes in (("committed", committed), ("imagined", imagined)):
                 if episodes:
-                    experiment.add_text(f"samples/{name}", transcript_markdown(episodes[0]), trainer.global_step)
+                    experiment.add_text(f"val/{name}/transcript", transcript_markdown(episodes[0]), step_index(trainer))
         self._val.clear()

@@ -75,6 +75,9 @@ class EnvACEModule(PolicyModule):
         """Whether optimizer step ``step`` is a grounded warm-start step (else an RL step)."""
         return self.warm_start_only or step < self.warm_start_steps
 
+    def phase_at(self, step: int) -> str:
+        return "warm-start" if self.warm_start_at(step) else "rl"
+
     @property
     def warming_up(self) -> bool:
         return self.warm_start_at(self.global_step)
