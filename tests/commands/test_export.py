@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from envace.cli import main as envace
-from envace.commands.export import MANIFEST, adapter_base, role_prefix
+from envace.commands.export import HUB_BASES, MANIFEST, adapter_base, role_prefix
 from envace.policy import LoraSpec, PolicySpec, load_checkpoint, load_model, load_tokenizer, packaged_folder
 
 LORA = LoraSpec(r=4, target_modules=["q_proj", "v_proj"])
@@ -136,12 +139,80 @@ def test_adapters_folder_loads_in_peft(tmp_path: Path) -> None:
     _assert_same(AutoModelForCausalLM.from_pretrained(tmp_path / "merged"), reference)
 
 
-def test_adapters_name_the_packaged_cache_folder_and_refuse_tiny(lora_ckpt: Path, tmp_path: Path, capsys) -> None:
-    assert adapter_base(PolicySpec("smollm2-135m")) == str(packaged_folder().resolve())
+def test_adapters_name_a_hub_base_and_tiny_needs_one(lora_ckpt: Path, tmp_path: Path, capsys) -> None:
+    base, note = adapter_base(PolicySpec("smollm2-135m"))  # the packaged model: the hub model it came from
+    assert base == HUB_BASES["smollm2-135m"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert note is not None and "Q4_1" in note and "export merged" in note
+    assert adapter_base(PolicySpec("smollm2-135m"), base=str(packaged_folder())) == (
+        str(packaged_folder().resolve()),
+        None,  # the packaged weights themselves: exact, but only on this machine
+    )
+    assert adapter_base(PolicySpec("org/model")) == ("org/model", None)
     assert _export(lora_ckpt, tmp_path / "out", "--adapters") == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("envace export: error: --adapters: the 'tiny' test model") and "\n" not in err
-    assert not (tmp_path / "out").exists()
+    assert err.startswith("envace export: error: --adapters: the 'tiny' test model") and "--base FOLDER" in err
+    assert "\n" not in err and not (tmp_path / "out").exists()
+    assert _export(lora_ckpt, tmp_path / "out", "--base", str(tmp_path)) == 2  # --base without --adapters
+    assert "--base names the base model of --adapters" in capsys.readouterr().err
+
+
+def test_the_packaged_models_adapters_name_the_hub_id(tmp_path: Path, capsys) -> None:
+    spec = PolicySpec("smollm2-135m", lora=LORA)
+    ckpt = _save(tmp_path / "lora.ckpt", _adapters(spec, 5, "policy."), spec)
+    assert _export(ckpt, tmp_path / "adapters", "--adapters") == 0
+    config = json.loads((tmp_path / "adapters" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    record = json.loads((tmp_path / "adapters" / MANIFEST).read_text())
+    assert record["base_model_name_or_path"] == config["base_model_name_or_path"] and "Q4_1" in record["note"]
+    assert "note: the adapters were trained on the packaged smollm2-135m" in capsys.readouterr().out
+
+
+# a fresh interpreter that imports only torch, transformers and peft: what a user elsewhere runs
+LOADER = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+prompt, merged, adapters = sys.argv[1:]
+outputs = []
+for folder in (merged, adapters):
+    if folder == adapters:
+        from peft import AutoPeftModelForCausalLM
+        model = AutoPeftModelForCausalLM.from_pretrained(folder)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = torch.tensor([tok(prompt)["input_ids"]])
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                                    do_sample=False, pad_token_id=tok.pad_token_id)
+    outputs.append(out[0].tolist())
+assert not [m for m in sys.modules if m.split(".")[0] == "envace"], "envace was imported"
+print(json.dumps(outputs))
+"""
+
+
+def _greedy_elsewhere(merged: Path, adapters: Path) -> list[list[int]]:
+    """The greedy ids of each folder, decoded in a fresh interpreter without envace."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", LOADER, PROMPT, str(merged), str(adapters)], cwd=merged.parent,
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_exports_load_without_envace_and_decode_as_the_checkpoint(tmp_path: Path) -> None:
+    base = tmp_path / "tiny-base"  # the tiny model's weights as a folder: a base that adapters can name
+    load_model(PolicySpec("tiny", seed=1)).save_pretrained(base)
+    load_tokenizer("tiny").save_pretrained(base)
+    spec = PolicySpec("tiny", seed=1, lora=LORA)
+    ckpt = _save(tmp_path / "lora.ckpt", _adapters(spec, 6, "policy."), spec)
+    expected = _outputs(load_checkpoint(PolicySpec("tiny", seed=1), str(ckpt)))[1][0].tolist()
+    assert expected != _outputs(load_model(PolicySpec("tiny", seed=1)))[1][0].tolist()  # the adapters matter
+    assert _export(ckpt, tmp_path / "merged") == 0
+    assert _export(ckpt, tmp_path / "adapters", "--adapters", "--base", str(base)) == 0
+    config = json.loads((tmp_path / "adapters" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base.resolve())
+    assert _greedy_elsewhere(tmp_path / "merged", tmp_path / "adapters") == [expected, expected]
 
 
 def test_bad_input_exits_2_with_one_line(lora_ckpt: Path, tmp_path: Path, capsys) -> None:

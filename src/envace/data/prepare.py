@@ -5,14 +5,19 @@
     envace data prepare --source bfcl-multi-turn --split train --out data/prepared/bfcl-mt-train --grounded true
     envace data verify --source bfcl-multi-turn
 
-A prepared dataset is a Hugging Face :class:`datasets.Dataset` saved with ``save_to_disk``; its
-columns are ``id``, ``benchmark``, ``category``, ``task_json`` (:meth:`Task.to_json`) and, when
-grounded, ``trajectory_json`` (:meth:`Trajectory.to_json`). It is written atomically: into a
-temporary folder next to ``out``, then renamed, so a failure leaves nothing at ``out``.
+A prepared dataset is a Hugging Face :class:`datasets.Dataset` saved with ``save_to_disk``
+(``datasets.load_from_disk(out)`` reads it) with typed columns: the task's fields, tools as records,
+gold calls, and, when grounded, the conversation as OpenAI chat messages
+(:mod:`envace.data.sources.prepared` lists them). ``prepared.json`` beside the data records the
+source, split and row count. ``fit`` trains from the folder with the ``prepared`` source
+(``{name: prepared, path: <out>}``); the rows read back to tasks and trajectories equal to the
+originals. It is written atomically: into a temporary folder next to ``out``, then renamed, so a
+failure leaves nothing at ``out``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -26,31 +31,31 @@ from tqdm import tqdm
 
 from envace.data.grounding import ground
 from envace.data.sources import VerifyReport, load_source, verify_source
+from envace.data.sources.prepared import MANIFEST, features, task_row, trajectory_row
 from envace.types import Task
 
 
-def task_rows(tasks: list[Task], grounded: bool = False) -> dict[str, list[str]]:
-    """The dataset columns for ``tasks`` (grounding each one in its real environment if asked)."""
-    rows: dict[str, list[str]] = {"id": [], "benchmark": [], "category": [], "task_json": []}
-    if grounded:
-        rows["trajectory_json"] = []
+def task_dataset(tasks: list[Task], grounded: bool = False) -> datasets.Dataset:
+    """The prepared dataset of ``tasks`` (grounding each one in its real environment if asked)."""
+    rows = []
     for task in tqdm(tasks, desc="ground" if grounded else "tasks", unit="task", leave=False):
-        rows["id"].append(task.id)
-        rows["benchmark"].append(task.benchmark)
-        rows["category"].append(task.category)
-        rows["task_json"].append(task.to_json())
+        row = task_row(task)
         if grounded:
-            rows["trajectory_json"].append(ground(task).to_json())
-    return rows
+            row |= trajectory_row(ground(task), task)
+        rows.append(row)
+    return datasets.Dataset.from_list(rows, features=features(grounded))
 
 
-def save_atomic(dataset: datasets.Dataset, out: str | Path, overwrite: bool = False) -> Path:
+def save_atomic(
+    dataset: datasets.Dataset, out: str | Path, overwrite: bool = False, manifest: dict[str, Any] | None = None
+) -> Path:
     """``dataset.save_to_disk(out)`` all or nothing: a temporary sibling folder, then ``os.replace``.
 
     Args:
         dataset: what to save.
         out: the target folder.
         overwrite: replace an existing ``out`` (it is kept if anything fails).
+        manifest: written as ``prepared.json`` in the folder.
     """
     out = Path(out)
     if out.exists() and not overwrite:
@@ -59,6 +64,8 @@ def save_atomic(dataset: datasets.Dataset, out: str | Path, overwrite: bool = Fa
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         dataset.save_to_disk(str(tmp / "new"))
+        if manifest is not None:
+            (tmp / "new" / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             os.replace(out, tmp / "old")
         try:
@@ -89,7 +96,8 @@ def prepare(
         out: the folder to write (``datasets`` ``save_to_disk`` layout), written atomically.
         path: the source's own data location; default: the packaged copy.
         limit: keep only the first ``limit`` tasks (at least 1).
-        grounded: replay each task's gold in its real environment and add ``trajectory_json``.
+        grounded: replay each task's gold in its real environment and add the conversation
+            (``messages``, ``calls``, ``trajectory_source``).
         overwrite: replace ``out`` if it exists.
     """
     if limit is not None and limit < 1:
@@ -99,8 +107,16 @@ def prepare(
         raise ValueError(f"source {source!r} has no {split!r} tasks{f' in {path}' if path else ''}; nothing written")
     if limit is not None:
         tasks = tasks[:limit]
-    dataset = datasets.Dataset.from_dict(task_rows(tasks, grounded=grounded))
-    save_atomic(dataset, out, overwrite=overwrite)
+    dataset = task_dataset(tasks, grounded=grounded)
+    record = {
+        "source": source,
+        "split": split,
+        "path": path,
+        "limit": limit,
+        "grounded": grounded,
+        "rows": len(dataset),
+    }
+    save_atomic(dataset, out, overwrite=overwrite, manifest=record)
     print(f"wrote {len(dataset)} {source}/{split} tasks to {out}")
     return str(out)
 
@@ -139,7 +155,7 @@ def verify(
 
 def data_main(argv: list[str] | None = None) -> int:
     """``envace data <prepare|verify> ...``; exit status 1 when a verification has failures."""
-    result = jsonargparse.CLI([prepare, verify], args=argv, as_positional=False)
+    result = jsonargparse.CLI([prepare, verify], args=argv, as_positional=False, prog="envace data")
     if isinstance(result, VerifyReport):
         return 0 if result.passed == result.total else 1
     return 0

@@ -90,7 +90,7 @@ def compute_reward(task: Task, traj: Trajectory, judge: JudgeSettings | None = N
 
     A reward that cannot be computed says so: it returns ``score=None`` (the judge when its endpoint
     fails) or raises :class:`~envace.rewards.base.RewardUnavailable`; the episode is then masked,
-    not scored 0 (docs/design.md §3.5), and counted (``reward/masked``). Any other exception is a
+    not scored 0 (docs/design.md §3.5), and counted (``train/reward/masked``). Any other exception is a
     bug: it is raised again as a :class:`~envace.rewards.base.RewardError` naming the reward and the
     task, and stops the run, instead of silently shrinking every batch.
 

@@ -1,30 +1,37 @@
-"""An optional LLM judge over an OpenAI-compatible chat endpoint (standard library only).
+"""An optional LLM judge over an OpenAI-compatible chat endpoint, through the ``openai`` client.
 
 The judge reads a checklist built from the task and the episode's transcript, and answers with a
 JSON verdict ``{"score": <0..1>, "checks": [...], "reason": "..."}``.
 
-The endpoint is untrusted: it may hang, trickle bytes, cut a body short, send a broken status line,
-a body that is not UTF-8 or not JSON, or JSON of the wrong shape. So every call has a total
-deadline (checked before every socket read, not per read), every episode a total budget over its
-attempts and back-off (:class:`JudgeSettings`: 45 s at most by default), and every failure is
-caught: retried when another attempt may pass, then the episode is masked (``score=None``), never
-scored 0 (docs/design.md §1: upstream masks judge failures), and each failed attempt is counted by kind
-in ``details["judge_failures"]`` (:func:`failure_kind`).
+``openai.AsyncOpenAI`` sends the request, retries it (timeouts, connection and protocol errors,
+HTTP 408/409/429/5xx, with its exponential back-off and the server's ``Retry-After``) and reads the
+completion. The endpoint is untrusted: it may hang, trickle bytes, cut a body short, send a broken
+status line, a body that is not JSON, or JSON of the wrong shape. The client's timeout is per read,
+so a server that trickles a byte a second would hold it for ever; here every attempt has a total
+deadline (:class:`BoundedTransport`: connect, send, status line and the whole body, capped in
+size), every episode a total budget over its attempts and back-off (:class:`JudgeSettings`: 45 s at
+most by default), and every failure is caught: the episode is masked (``score=None``), never scored
+0 (docs/design.md §1: upstream masks judge failures), and each failed attempt is counted by kind in
+``details["judge_failures"]``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
+
+import httpx2
+import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from envace.rewards.base import RewardOutput
-from envace.rewards.judge_http import RETRIED, TRANSPORT_ERRORS, JudgeError, describe, failure_kind, post_chat
 from envace.types import Message, Task, Trajectory
 
 SYSTEM = (
@@ -111,27 +118,140 @@ def parse_verdict(text: str, limit: int = 32_768) -> dict[str, Any] | None:
     return None
 
 
+class JudgeError(RuntimeError):
+    """The endpoint failed: on every attempt, on one not worth retrying, or until the budget ran out."""
+
+
+class TooLarge(openai.OpenAIError):
+    """A response body over the size cap (an ``OpenAIError``: the client passes it on, unretried)."""
+
+
+class BadAnswer(ValueError):
+    """The endpoint answered, but not with a usable completion: ``kind`` is ``decode`` (not UTF-8),
+    ``json`` (not JSON) or ``envelope`` (JSON of the wrong shape)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+#: the kind of a failed attempt the transport saw, first match wins (``http_<status>`` for statuses)
+KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (httpx2.TimeoutException, "timeout"),
+    (httpx2.ProtocolError, "protocol"),  # a broken status line, a body cut short, closed without a word
+    (httpx2.TransportError, "connection"),  # refused, reset, unreachable, name resolution
+    (OSError, "connection"),  # TLS, and what the client wraps as a connection error
+)
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """httpx's transport with each attempt bounded in time and size, and its outcome recorded.
+
+    Connecting, sending, the status line and the whole body end within ``timeout`` seconds in all
+    (httpx's own timeouts are per operation, so a trickling server never trips them), else the
+    attempt fails as ``httpx2.ReadTimeout``, which the client retries. The decoded body is read here,
+    at most ``max_bytes`` (more: :class:`TooLarge`). Every attempt that fails appends its kind to
+    ``failures``: a kind of :data:`KINDS`, ``http_<status>`` or ``too_large``.
+    """
+
+    def __init__(self, timeout: float, max_bytes: int, failures: list[str]) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.timeout, self.max_bytes, self.failures = timeout, max_bytes, failures
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await asyncio.wait_for(self._whole(request), self.timeout)
+        except TimeoutError:
+            self.failures.append("timeout")
+            raise httpx2.ReadTimeout(f"no whole answer within {self.timeout:g} s", request=request) from None
+        except TooLarge:
+            self.failures.append("too_large")
+            raise
+        except asyncio.CancelledError:  # the episode's budget ran out during this attempt
+            self.failures.append("timeout")
+            raise
+        except Exception as exc:
+            self.failures.append(next((kind for cls, kind in KINDS if isinstance(exc, cls)), "other"))
+            raise
+        if response.status_code >= 400:
+            self.failures.append(f"http_{response.status_code}")
+        return response
+
+    async def _whole(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await response.aclose()
+            raise TooLarge(f"too_large: a response of {declared} bytes (limit {self.max_bytes})")
+        body = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > self.max_bytes:
+                    raise TooLarge(f"too_large: a response over {self.max_bytes} bytes")
+        finally:
+            await response.aclose()
+        skip = {"content-encoding", "content-length", "transfer-encoding"}  # the body is decoded and whole
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
+        return httpx2.Response(response.status_code, headers=headers, content=bytes(body), request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+T = TypeVar("T")
+
+
+def run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(make())``; in a thread of its own when this one already runs a loop (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+def describe(exc: BaseException) -> str:
+    """A failed call in one short line."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}"
+    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
+    return f"{type(cause).__name__}: {cause}"[:300]
+
+
+def content_of(completion: Any) -> str:
+    """The assistant text of a parsed completion; :class:`BadAnswer` (``envelope``) for anything else
+    (the client builds its models without validation, and returns text for a body not typed JSON)."""
+    try:
+        content = completion.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        content = None
+    if not isinstance(content, str):
+        raise BadAnswer("envelope", f"unexpected response envelope: {str(completion)[:200]!r}")
+    return content
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     """Where the judge is and how long it may take: the judge's part of a config.
 
     With the defaults an episode waits **at most 45 s** for its verdict (``budget``): three attempts
-    of at most 20 s each with 1 s and 2 s of back-off, cut off at 45 s. (Before: 60 s per *read* and
-    4 attempts, 247 s when every read timed out, and no bound at all for a server that trickles.)
-    Resolving the host name is outside the deadline (the standard library cannot bound it): give an
-    IP address or a host the local resolver answers.
+    of at most 20 s each with the client's back-off between them (0.5 s, then 1 s, less jitter),
+    cut off at 45 s, whatever the endpoint does (a ``Retry-After`` of two minutes included).
 
     Args:
-        base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
-            added); ``None``: no judge configured — the ``judge`` reward then raises (a run whose
-            every episode would be masked is a configuration error, not an outage).
+        base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (the client adds
+            ``/chat/completions``); ``None``: no judge configured — the ``judge`` reward then raises
+            (a run whose every episode would be masked is a configuration error, not an outage).
         model: model name sent in the request.
-        api_key_env: name of the environment variable holding a bearer token; unset = no header.
-        timeout: seconds one HTTP call may take in all (connect, send, every read), not per read.
-        max_retries: retries after the first attempt, on the kinds of :data:`RETRIED`: timeouts,
-            connection and protocol errors, bodies that are not UTF-8 or not JSON, HTTP
-            408/409/425/429/5xx.
-        backoff: seconds before the first retry; doubles each retry.
+        api_key_env: name of the environment variable holding the API key (sent as a bearer token);
+            unset or empty: the placeholder ``EMPTY`` that local OpenAI-compatible servers accept.
+            ``OPENAI_API_KEY`` is never read: a key goes only where its variable is named.
+        timeout: seconds one attempt may take in all (connect, send, every read), not per read.
+        max_retries: the client's retries after the first attempt (timeouts, connection and protocol
+            errors, HTTP 408/409/429/5xx; a body that is not a usable completion is not retried: it
+            would answer the same).
         budget: seconds one episode may spend on the judge, attempts and back-off together.
         success_threshold: ``success`` is ``score >= success_threshold``.
         max_tokens: completion budget of the verdict.
@@ -143,7 +263,6 @@ class JudgeSettings:
     api_key_env: str | None = "ENVACE_JUDGE_API_KEY"
     timeout: float = 20.0
     max_retries: int = 2
-    backoff: float = 1.0
     budget: float = 45.0
     success_threshold: float = 1.0
     max_tokens: int = 1024
@@ -151,7 +270,7 @@ class JudgeSettings:
 
     def __post_init__(self) -> None:
         positive = all(math.isfinite(x) and x > 0 for x in (self.timeout, self.budget, self.max_response_bytes))
-        if not positive or self.max_retries < 0 or not 0 <= self.backoff < math.inf:
+        if not positive or self.max_retries < 0:
             raise ValueError(f"judge settings out of range: {self}")
 
 
@@ -160,8 +279,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any
 
     >>> settings_from_env({"ENVACE_JUDGE_URL": "http://127.0.0.1:9/v1", "ENVACE_JUDGE_BUDGET": "10"}, max_retries=0)
     JudgeSettings(base_url='http://127.0.0.1:9/v1', model='judge', api_key_env='ENVACE_JUDGE_API_KEY', \
-timeout=20.0, max_retries=0, backoff=1.0, budget=10.0, success_threshold=1.0, max_tokens=1024, \
-max_response_bytes=1048576)
+timeout=20.0, max_retries=0, budget=10.0, success_threshold=1.0, max_tokens=1024, max_response_bytes=1048576)
     """
     env = os.environ if environ is None else environ
     given = {name: parse(env[var]) for name, (var, parse) in ENV.items() if env.get(var)}
@@ -174,43 +292,51 @@ class LLMJudge(JudgeSettings):
     :class:`JudgeSettings`).
 
     Args:
-        sleep: the wait function (tests replace it).
         failures: failed attempts by kind over this judge's life, for logs; each episode's own are
             in its ``details["judge_failures"]`` (exact while one thread uses the judge).
     """
 
-    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     failures: Counter[str] = field(default_factory=Counter, repr=False, compare=False)
 
-    def _attempt(self, payload: dict[str, Any], deadline: float) -> str:
-        """One POST that ends by ``deadline`` (``time.monotonic``): the assistant text, or one of
-        :data:`TRANSPORT_ERRORS`."""
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        url = str(self.base_url).rstrip("/") + "/chat/completions"
-        return post_chat(url, payload, headers, deadline, self.max_response_bytes)
+    async def _complete(self, messages: list[dict[str, str]], failed: list[str]) -> str:
+        transport = BoundedTransport(self.timeout, self.max_response_bytes, failed)
+        key = (os.environ.get(self.api_key_env) if self.api_key_env else None) or "EMPTY"
+        async with openai.AsyncOpenAI(
+            base_url=str(self.base_url),
+            api_key=key,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=httpx2.AsyncClient(transport=transport, timeout=self.timeout),
+        ) as client:
+            completion = await client.chat.completions.create(
+                model=self.model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                temperature=0.0,
+                max_tokens=self.max_tokens,
+            )
+        return content_of(completion)
+
+    async def _within_budget(self, messages: list[dict[str, str]], failed: list[str]) -> str:
+        try:
+            return await asyncio.wait_for(self._complete(messages, failed), self.budget)
+        except TimeoutError:
+            raise JudgeError(f"judge budget of {self.budget:g} s spent after {len(failed)} attempt(s)") from None
 
     def complete(self, messages: list[dict[str, str]]) -> str:
-        """The assistant text of one chat completion within ``budget`` seconds, retrying the kinds of
-        :data:`RETRIED`; raises :class:`JudgeError`. Each failed attempt counts in :attr:`failures`."""
-        payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
-        end, last = time.monotonic() + self.budget, ""
-        for attempt in range(self.max_retries + 1):
-            wait = self.backoff * 2 ** (attempt - 1) if attempt else 0.0
-            if time.monotonic() + wait >= end:
-                raise JudgeError(f"judge budget of {self.budget:g} s spent after {attempt} attempt(s): {last}")
-            if attempt:
-                self.sleep(wait)
-            try:
-                return self._attempt(payload, min(time.monotonic() + self.timeout, end))
-            except TRANSPORT_ERRORS as exc:
-                kind, last = failure_kind(exc), describe(exc)
-                self.failures[kind] += 1
-                if kind not in RETRIED:
-                    break
-        raise JudgeError(f"judge endpoint failed after {attempt + 1} attempt(s): {last}")
+        """The assistant text of one chat completion within ``budget`` seconds, retried by the client;
+        raises :class:`JudgeError`. Each failed attempt counts in :attr:`failures` by kind."""
+        failed: list[str] = []
+        try:
+            return run_coroutine(lambda: self._within_budget(messages, failed))
+        except (openai.APIStatusError, openai.APIConnectionError, TooLarge) as exc:  # the transport counted it
+            raise JudgeError(f"judge endpoint failed after {len(failed)} attempt(s): {describe(exc)}") from exc
+        except (ValueError, RecursionError) as exc:  # the body of a 200: not UTF-8, not JSON, not a completion
+            kind = exc.kind if isinstance(exc, BadAnswer) else "json"
+            kind = "decode" if isinstance(exc, UnicodeDecodeError) else kind
+            failed.append(kind)
+            raise JudgeError(f"judge endpoint sent no usable completion ({kind}): {describe(exc)}") from exc
+        finally:
+            self.failures.update(failed)
 
     def __call__(self, task: Task, traj: Trajectory) -> RewardOutput:
         """The verdict's score; masked (``score=None``) when the judge fails, with this episode's
@@ -233,7 +359,7 @@ class LLMJudge(JudgeSettings):
 
     @classmethod
     def from_settings(cls, settings: JudgeSettings, **kw: Any) -> Self:
-        """A judge with ``settings`` (``kw``: ``sleep``)."""
+        """A judge with ``settings``."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(JudgeSettings)}, **kw)
 
     @classmethod

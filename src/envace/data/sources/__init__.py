@@ -21,6 +21,7 @@ SOURCES: dict[str, str] = {
     "tau2": "envace.data.sources.tau2:load_tau2",
     "vitabench": "envace.data.sources.vitabench:load_vitabench",
     "chatlog": "envace.data.sources.chatlog:load_chatlog",
+    "prepared": "envace.data.sources.prepared:load_prepared",  # a folder `envace data prepare` wrote
 }
 
 VERIFIERS: dict[str, str] = {
