@@ -1,6 +1,7 @@
-"""``envace show``: the oracle calibrates (reward 1, fidelity 1), a tiny random policy runs end to
-end from a Lightning checkpoint, checkpoints load under the ``policy.*`` contract, and the former
-name ``envace rehearse`` still runs it."""
+"""``envace show``: the oracle calibrates (reward 1, fidelity 1), without a checkpoint the oracle acts
+and the model rehearses, a tiny random policy acts and rehearses from a Lightning checkpoint (whose
+tool style it uses), checkpoints load under the ``policy.*`` contract, the screen names who acted
+and who rehearsed, and the former name ``envace rehearse`` still runs it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from envace.cli import main as envace
-from envace.commands.show import main, pick_task, show
+from envace.commands.show import load_actor, main, pick_task, show, who_acts
 from envace.policy import LoraSpec, PolicySpec, load_checkpoint, load_model
 
 TASK = "multi_turn_base_0"  # turn 0 gold: cd(document), mkdir(temp), mv(final_report.pdf -> temp)
@@ -60,6 +61,43 @@ def test_tiny_policy_from_a_lightning_checkpoint(tmp_path, capsys) -> None:
         "== rehearsed vs real" in out and "| rehearsed" in out and re.search(r"^reward: (\d\.\d{3}|masked)", out, re.M)
     )
     assert "tokens context" in out and "act 8" in out  # a random model never stops within 8 tokens
+    assert f"acted by:      tiny + {ckpt} (the act tokens)" in out and f"rehearsed by:  tiny + {ckpt}" in out
+    assert "hint:" not in out
+
+
+def test_without_a_checkpoint_the_oracle_acts_and_the_policy_rehearses(capsys) -> None:
+    assert show(policy="tiny", task_id=TASK, rehearse_tokens=8, seed=1, progress_every=0) == 0
+    out = capsys.readouterr().out
+    assert "acted by:      oracle (the task's gold calls, the act tokens)" in out
+    assert "rehearsed by:  tiny (its own weights write every tool response, the rehearse tokens)" in out
+    assert "compared with: a real environment in lockstep" in out
+    assert '[act] {"name": "cd", "arguments": {"folder": "document"}}' in out and re.search(
+        r"^\[rehearse\] ", out, re.M
+    )
+    # the random model never closes its tool turn within 8 tokens: the first call is rehearsed, then the episode ends
+    table = out.split("== rehearsed vs real (1 calls) ==")[1]
+    assert 'cd(folder="document")' in table and '{"current_working_directory": "document"}' in table
+    assert "rehearse 8" in out and "hint: the oracle acted" in out and "--checkpoint" in out.split("hint:")[1]
+
+
+def test_who_acts() -> None:
+    assert [who_acts("smollm2-135m", None, "auto"), who_acts("smollm2-135m", "x.ckpt", "auto")] == ["oracle", "policy"]
+    assert who_acts("tiny", None, "policy") == "policy" and who_acts("tiny", "x.ckpt", "oracle") == "oracle"
+    assert who_acts("oracle", None, "auto") == who_acts("noop", None, "policy") == "policy"
+    with pytest.raises(ValueError, match="--actor 'gold': use auto, policy or oracle"):
+        who_acts("tiny", None, "gold")
+    with pytest.raises(ValueError, match="--policy noop is itself the actor"):
+        who_acts("noop", None, "oracle")
+
+
+def test_the_tool_style_comes_from_the_checkpoint(tmp_path, capsys) -> None:
+    state = {f"policy.{k}": v for k, v in load_model(PolicySpec("tiny")).state_dict().items()}
+    torch.save({"state_dict": state, "envace": {"tool_style": "json"}}, tmp_path / "json.ckpt")
+    assert load_actor("tiny", None, None, 0).fmt.tool_style == "compact"  # the default of show
+    assert load_actor("tiny", str(tmp_path / "json.ckpt"), None, 0).fmt.tool_style == "json"  # the checkpoint's
+    assert capsys.readouterr().err == ""
+    assert load_actor("tiny", str(tmp_path / "json.ckpt"), "compact", 0).fmt.tool_style == "compact"
+    assert "tool_style 'compact' was asked for" in capsys.readouterr().err
 
 
 def test_lora_checkpoint_needs_and_uses_its_hyperparameters(tmp_path) -> None:

@@ -1,13 +1,19 @@
-"""``envace evaluate``: configs parse, a sweep writes its table, items, plot and summary, and one
-seed gives one table."""
+"""``envace evaluate``: configs parse, a sweep writes its table, items (with the text the policy
+wrote), plot and a summary that names what reproduces it, one seed gives one table, and a run
+reports its progress on stderr at least every 10 s."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from envace.evaluation import TaskFilter, evaluate
 from envace.evaluation.report import COLUMNS, PLOT_FILE
@@ -48,8 +54,25 @@ def test_sweep_outputs_and_determinism(tmp_path: Path) -> None:
     assert imagined_tokens[0] == 0 and all(t > 0 for t in imagined_tokens[1:])
     items = [json.loads(line) for line in (tmp_path / "a" / "items.jsonl").read_text().splitlines()]
     assert len(items) == 3 and {it["mode"] for it in items} == {"none", "parallel", "sequential"}
+    again = [json.loads(line) for line in (tmp_path / "b" / "items.jsonl").read_text().splitlines()]
+    # the text the policy wrote: one act turn (max_steps_per_turn 1), 6 tokens, the same for one seed
+    assert all(len(it["texts"]) == 1 and it["texts"][0] for it in items) and [i["texts"] for i in items] == [
+        i["texts"] for i in again
+    ]
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert set(summary["seconds"]) == {"none-0", "parallel-1", "sequential-1"} and summary["notes"]
+    args = summary["arguments"]
+    assert args["model"]["tool_style"] == "compact" and args["limits"]["max_new_tokens"] == 6 and args["seed"] == 0
+    assert args["tasks"]["task_ids"] == ["multi_turn_base_105"] and summary["task_ids"] == ["multi_turn_base_105"]
+    loaded = {"name": "tiny", "reference": False, "checkpoint": None, "chat_format": "auto", "format": "HermesFormat",
+              "tool_style": "compact", "dtype": "torch.float32"}  # fmt: skip
+    assert summary["policy"] == loaded
+    assert summary["seeds"] == [0] and summary["headline"] == {"metric": "accuracy", "category": "[overall_evaluated]"}
+    assert {"python", "envace", "torch", "transformers", "peft", "lightning"} <= set(summary["versions"])
+    assert summary["versions"]["torch"] == torch.__version__
+    assert summary["git"] is None or len(summary["git"]["commit"]) == 40
+    assert set(summary["intervals"]) == {"none-0", "parallel-1", "sequential-1"}
+    assert all(0.0 <= iv["lo"] <= iv["hi"] <= 1.0 for iv in summary["intervals"].values())
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "a" / PLOT_FILE).stat().st_size > 1000
 
@@ -60,3 +83,44 @@ def test_single_setting_and_reference_limits() -> None:
                       imagination=ImaginationConfig("sequential", 1), out=None, quiet=True)  # fmt: skip
     assert [(r.mode, r.n) for r in result.rows][:1] == [("sequential", 1)]
     assert result.items[0].success  # reference policies are not held to token limits
+
+
+def _lines_with_times(argv: list[str], timeout: float) -> tuple[int, list[tuple[float, str]]]:
+    """Run ``argv``; every stderr line with the time it arrived."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    got: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            got.append((time.monotonic(), line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        proc.kill()
+    reader.join(timeout=10)
+    return rc, got
+
+
+def test_progress_on_stderr_at_least_every_10_s(tmp_path: Path) -> None:
+    """The acceptance check of a silent run: ``envace evaluate`` on two items with the tiny model
+    writes a line for every item of every setting (``--progress_every 0``: per item) and never
+    goes 10 s without a line from its first line to its exit."""
+    exe = Path(sys.executable).parent / "envace"
+    argv = [str(exe), "evaluate", "--benchmark", "bfcl", "--policy", "tiny", "--tasks.categories", "[multi_turn_base]",
+            "--tasks.limit", "2", "--tasks.max_user_turns", "1", "--model.tool_style", "compact",
+            "--limits.max_new_tokens", "24", "--limits.max_steps_per_turn", "2", "--limits.max_rehearse_tokens", "8",
+            "--imagination.n_values", "[0,1]", "--imagination.modes", "[parallel]", "--batch_tasks", "1",
+            "--progress_every", "0", "--out", str(tmp_path / "run")]  # fmt: skip
+    rc, lines = _lines_with_times(argv, timeout=300)
+    texts = [text for _, text in lines]
+    assert rc == 0, "\n".join(texts[-20:])
+    for setting in ("none n=0 [1/2]", "parallel n=1 [2/2]"):
+        for done in ("1/2", "2/2"):
+            assert any(t.startswith(f"evaluate bfcl {setting}: {done} items, ") and " item/s, eta " in t for t in texts)
+    first = next(i for i, t in enumerate(texts) if t.startswith("[evaluate] bfcl: loading policy tiny"))
+    times = [at for at, _ in lines[first:]] + [time.monotonic()]
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 10.0, lines

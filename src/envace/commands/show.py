@@ -1,10 +1,14 @@
-"""``envace show``: watch the policy act and rehearse one task, next to the real environment.
+"""``envace show``: watch a policy rehearse one task (and act in it), next to the real environment.
 
 (Called ``envace rehearse`` before; that name still works. "Rehearse" is the role that writes tool
 responses; this command only shows one task.)
 
 Runs ONE task with :class:`~envace.rollout.PolicyRehearsal` (the policy writes every tool turn) and,
-when the task has a real environment, a lockstep copy that executes the same calls. Prints:
+when the task has a real environment, a lockstep copy that executes the same calls. Who writes the
+calls is ``--actor``: by default the policy when a trained ``--checkpoint`` is given, else the
+**oracle** (the task's gold calls): the untrained packaged model writes no call, so with it acting
+nothing would be rehearsed, while with the oracle acting every gold call gets a rehearsed response
+from the model next to the real one. The screen names who acted and who rehearsed. Prints:
 
 1. the token episode, segment by segment, each line tagged ``[context]``, ``[act]`` or
    ``[rehearse]`` (the system turn and tool blocks shortened; :func:`transcript`);
@@ -20,9 +24,11 @@ Checkpoints (``--checkpoint``) load as ``envace evaluate --policy`` loads them
 (:func:`envace.evaluation.policies.load_eval_policy`): a ``save_pretrained`` folder as it is; a
 Lightning ``.ckpt``'s ``policy.*`` weights into the model it names, else the model of ``--policy``.
 
-Example::
+A progress line on stderr every ``--progress_every`` seconds (tokens generated so far) keeps a
+slow episode from looking hung. Example::
 
-    envace show --task_id multi_turn_base_0 --policy smollm2-135m --max_user_turns 1
+    envace show --task_id multi_turn_base_0                       # the oracle acts, smollm2-135m rehearses
+    envace show --task_id multi_turn_base_0 --checkpoint runs/bfcl_sft/checkpoints/last.ckpt
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
+from envace.commands.preflight import check_model_source
 from envace.data.sources import load_source
 from envace.evaluation.policies import REFERENCE_POLICIES, Policy, PolicyConfig, load_eval_policy
+from envace.evaluation.progress import Progress
 from envace.metrics.fidelity import NAMES, fidelity_table
 from envace.protocol.render import ChatFormat
 from envace.rewards import compute_reward, reward_name
@@ -59,11 +67,14 @@ def pick_task(source: str, split: str, path: str | None, task_id: str | None, ma
     return found[0].first_turns(max_user_turns)
 
 
-def load_actor(policy: str, checkpoint: str | None, tool_style: str, seed: int) -> Policy:
-    """The policy ``policy`` (with the weights of ``checkpoint``), loaded for inference."""
+def load_actor(policy: str, checkpoint: str | None, tool_style: str | None, seed: int) -> Policy:
+    """The policy ``policy`` (with the weights of ``checkpoint``), loaded for inference; ``tool_style``
+    ``None``: the checkpoint's, else ``compact``."""
     if policy in REFERENCE_POLICIES and checkpoint:
         raise ValueError(f"the reference policy {policy!r} has no weights: drop --checkpoint or pick a model policy")
-    return load_eval_policy(checkpoint or policy, PolicyConfig(base=policy, tool_style=tool_style, seed=seed))
+    check_model_source(checkpoint or policy, "--checkpoint" if checkpoint else "--policy", tuple(REFERENCE_POLICIES))
+    config = PolicyConfig(base=policy, tool_style=tool_style, seed=seed)
+    return load_eval_policy(checkpoint or policy, config, tool_style="compact")
 
 
 class OracleRehearsal(Responder):
@@ -153,6 +164,20 @@ def report(ep: Episode, header: str, seconds: float) -> str:
 
 
 # --- the command -------------------------------------------------------------------------------
+def who_acts(policy: str, checkpoint: str | None, actor: str) -> str:
+    """``policy`` or ``oracle``: who writes the calls (``actor`` ``auto``: the policy when it is a
+    reference policy or has a trained checkpoint, else the oracle)."""
+    if actor not in ("auto", "policy", "oracle"):
+        raise ValueError(f"--actor {actor!r}: use auto, policy or oracle")
+    if policy in REFERENCE_POLICIES:
+        if actor == "oracle" and policy != "oracle":
+            raise ValueError(f"--policy {policy} is itself the actor: drop --actor oracle, or use --policy oracle")
+        return "policy"
+    if actor == "auto":
+        return "policy" if checkpoint else "oracle"
+    return actor
+
+
 def show(
     source: str = "bfcl-multi-turn",
     task_id: str | None = None,
@@ -160,14 +185,16 @@ def show(
     path: str | None = None,
     policy: str = "smollm2-135m",
     checkpoint: str | None = None,
-    tool_style: str = "compact",
+    actor: str = "auto",
+    tool_style: str | None = None,
     max_user_turns: int | None = 1,
     max_new_tokens: int = 128,
     rehearse_tokens: int = 128,
     seed: int = 0,
     real: bool = True,
+    progress_every: float = 5.0,
 ) -> int:
-    """Run one task with the policy acting and rehearsing, and print what happened.
+    """Run one task with a policy rehearsing (and acting), and print what happened.
 
     Args:
         source: the task source (``bfcl-multi-turn``, ``tau2``, ...).
@@ -175,44 +202,89 @@ def show(
         split: the source's split (``train``, ``test`` or ``all``).
         path: the source's data path, when it needs one.
         policy: ``smollm2-135m`` (packaged), a hub id or folder, ``tiny`` (random), or the reference
-            policies ``oracle`` / ``noop`` (no model).
+            policies ``oracle`` / ``noop`` (no model; they act, and the real responses are rehearsed).
         checkpoint: a ``save_pretrained`` folder, or a Lightning ``.ckpt`` whose ``policy.*`` weights
             are loaded into the model it names (else the model of ``policy``).
-        tool_style: tool rendering in the system turn, ``compact`` or ``json``.
+        actor: who writes the calls: ``policy`` (the model), ``oracle`` (the task's gold calls, the
+            model rehearses their responses), or ``auto``: the model when ``checkpoint`` is given,
+            else the oracle (an untrained model writes no call, so nothing would be rehearsed).
+        tool_style: tool rendering in the system turn, ``compact`` or ``json``; default: what a
+            ``.ckpt`` was trained with, else ``compact``.
         max_user_turns: keep only the first user turns of the task (all when omitted).
-        max_new_tokens: most tokens per act turn (reference policies are not limited).
+        max_new_tokens: most tokens per act turn of a model (scripted actors are not limited).
         rehearse_tokens: most tokens per rehearsed tool turn.
         seed: sampling seed (and the ``tiny`` model's weights).
         real: run a real environment in lockstep and compare (when the task has one).
+        progress_every: seconds between progress lines on stderr while the episode runs (``0``: none).
 
     Returns:
         0 (the exit status).
     """
     torch.manual_seed(seed)
+    acting = who_acts(policy, checkpoint, actor)
     task = pick_task(source, split, path, task_id, max_user_turns)
-    actor = load_actor(policy, checkpoint, tool_style, seed)
-    responder = OracleRehearsal(actor.fmt) if actor.reference else PolicyRehearsal()
-    context = getattr(getattr(actor.model, "config", None), "max_position_embeddings", 8192)
+    model = load_actor(policy, checkpoint, tool_style, seed)
+    who = cast(model, f"{policy}{f' + {checkpoint}' if checkpoint else ''}", acting)
+    context = getattr(getattr(model.model, "config", None), "max_position_embeddings", 8192)
     limits = RolloutLimits(
         max_calls_per_step=16,
-        max_new_tokens=4096 if actor.reference else max_new_tokens,
+        max_new_tokens=4096 if who.scripted else max_new_tokens,
         max_rehearse_tokens=rehearse_tokens,
-        max_episode_tokens=100_000 if actor.reference else int(context),
+        max_episode_tokens=100_000 if model.reference else int(context),
     )
     lockstep = real and task.env is not None
-    rollout = make_rollout(actor.engine(SamplingConfig()), actor.tokenizer, actor.fmt, responder, limits,
-                           lockstep=lockstep)  # fmt: skip
+    checked = model.reference or acting == "policy"  # the gold runs as the official harnesses run it
+    rollout = make_rollout(who.engine, model.tokenizer, model.fmt, who.responder, limits, lockstep=lockstep,
+                           validate_calls=checked)  # fmt: skip
     began = time.perf_counter()
-    ep = rollout.run([task], 1)[0]
-    header = (f"task {task.id} ({task.benchmark}/{task.category}), {len(task.user_turns)} user turn(s); "
-              f"policy {policy}{f' + {checkpoint}' if checkpoint else ''}; "
-              f"responder {type(responder).__name__}{' + lockstep real env' if lockstep else ''}")  # fmt: skip
+    with Progress(f"show {task.id}", 1, every=progress_every, unit="episodes", quiet=progress_every <= 0) as progress:
+        progress.track_tokens(lambda: who.writer.stats.tokens)
+        ep = rollout.run([task], 1)[0]
+    header = "\n".join([
+        f"task {task.id} ({task.benchmark}/{task.category}), {len(task.user_turns)} user turn(s)",
+        f"acted by:      {who.acted}",
+        f"rehearsed by:  {who.rehearsed}",
+        f"compared with: {'a real environment in lockstep (the same calls, in order)' if lockstep else 'nothing'}",
+    ])  # fmt: skip
     print(report(ep, header, time.perf_counter() - began))
+    if acting == "oracle" and not model.reference and checkpoint is None:
+        print(f"\nhint: the oracle acted (the reward scores the gold calls) because no trained checkpoint was "
+              f"given: an untrained model writes no call. --checkpoint runs/bfcl_sft/checkpoints/last.ckpt "
+              f"(from envace fit --config configs/bfcl_sft.yaml) shows a trained policy acting and rehearsing; "
+              f"--actor policy lets {policy} act.")  # fmt: skip
     return 0
+
+
+class Cast(NamedTuple):
+    """Who plays which part in :func:`show`: the acting engine, the responder, the engine whose
+    tokens the progress line counts, the two lines of the screen, and whether the actor is scripted."""
+
+    engine: Engine
+    responder: Responder
+    writer: Engine
+    acted: str
+    rehearsed: str
+    scripted: bool
+
+
+def cast(model: Policy, name: str, acting: str) -> Cast:
+    """The parts of ``model`` (shown as ``name``) when ``acting`` (:func:`who_acts`) writes the calls."""
+    if model.reference:
+        engine = model.engine(SamplingConfig())
+        what = "the gold calls" if model.name == "oracle" else "no call"
+        return Cast(engine, OracleRehearsal(model.fmt), engine, f"{model.name} (a reference policy: {what})",
+                    "the real responses, written as rehearse tokens (a perfect world model)", True)  # fmt: skip
+    own = model.engine(SamplingConfig())
+    rehearsed = f"{name} (its own weights write every tool response, the rehearse tokens)"
+    if acting == "policy":
+        return Cast(own, PolicyRehearsal(), own, f"{name} (the act tokens)", rehearsed, False)
+    oracle = Policy("oracle", model.tokenizer, model.fmt).engine(SamplingConfig())
+    return Cast(oracle, PolicyRehearsal(engine=own), own, "oracle (the task's gold calls, the act tokens)",
+                rehearsed, True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     """``envace show [--options]`` (``--help`` lists them)."""
     from jsonargparse import CLI
 
-    return int(CLI(show, args=argv))
+    return int(CLI(show, args=argv, prog="envace show"))

@@ -18,7 +18,7 @@ import io
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from envace.evaluation.base import ItemResult, Summary
 
@@ -97,9 +97,50 @@ def to_markdown(rows: list[Row], notes: list[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[Row], metric: str, category: str, path: Path) -> bool:
+#: the plotted series: mode, marker, line style, x offset (a fraction of the x range)
+SERIES = (("parallel", "o", "-", -0.02), ("sequential", "s", "--", 0.02))
+Interval = tuple[float, float]
+
+
+class Series(NamedTuple):
+    """One plotted line: its points (x offset from N, values and interval half-widths in percent)."""
+
+    label: str
+    marker: str
+    style: str
+    rows: list[Row]
+    xs: list[float]
+    ys: list[float]
+    err: tuple[list[float], list[float]]  # below, above
+
+
+def plot_series(rows: list[Row], intervals: dict[tuple[str, int], Interval] | None = None) -> list[Series]:
+    """The lines of :func:`plot` for ``rows`` of one metric and category: parallel and sequential
+    (each from the N = 0 row), each a little to its side of N; the plain row alone when nothing else ran."""
+    intervals = intervals or {}
+    base = [r for r in rows if r.n == 0]
+    span = max([1] + [r.n for r in rows])
+    kinds = [k for k in SERIES if any(r.mode == k[0] and r.n > 0 for r in rows)] or [("none", "o", "-", 0.0)]
+    out = []
+    for mode, marker, style, dx in kinds:
+        pts = sorted([r for r in rows if r.mode == mode and r.n > 0] + base, key=lambda r: r.n)
+        bars = [intervals.get((r.mode, r.n), (r.value, r.value)) for r in pts]
+        err = ([100 * max(0.0, r.value - lo) for r, (lo, _) in zip(pts, bars, strict=True)],
+               [100 * max(0.0, hi - r.value) for r, (_, hi) in zip(pts, bars, strict=True)])  # fmt: skip
+        xs = [r.n + dx * span for r in pts]
+        out.append(
+            Series("plain" if mode == "none" else mode, marker, style, pts, xs, [100 * r.value for r in pts], err)
+        )
+    return out
+
+
+def plot(rows: list[Row], metric: str, category: str, path: Path,
+         intervals: dict[tuple[str, int], Interval] | None = None) -> bool:  # fmt: skip
     """Success vs number of rehearsals, parallel and sequential (n = 0 starts both lines).
 
+    Every N carries its item count (``n=``) and every point, from ``intervals`` (``(mode, n) -> (lo, hi)``,
+    fractions), its 95 % interval; the two series are drawn with their own marker and line style,
+    a little apart on the x axis, so that equal values stay visible as two lines (:func:`plot_series`).
     Returns ``False`` (and writes nothing) when matplotlib is missing or there is nothing to plot.
     """
     try:
@@ -112,21 +153,27 @@ def plot(rows: list[Row], metric: str, category: str, path: Path) -> bool:
     picked = [r for r in rows if r.metric == metric and r.category == category]
     if not picked:
         return False
-    base = [r for r in picked if r.n == 0]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for mode, marker in (("parallel", "o"), ("sequential", "s")):
-        pts = sorted([(r.n, r.value) for r in picked if r.mode == mode] + [(0, r.value) for r in base])
-        if len(pts) > len(base):
-            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker=marker, label=mode)
-    if not ax.lines:
-        ax.plot([0], [100 * base[0].value], marker="o", label="plain") if base else None
-    ax.set_xticks(sorted({r.n for r in picked}))
-    ax.set_ylim(-2, 102)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    tops: dict[int, tuple[float, set[int]]] = {}
+    for line in plot_series(picked, intervals):
+        ax.errorbar(line.xs, line.ys, yerr=list(line.err), marker=line.marker, linestyle=line.style, capsize=3,
+                    label=line.label, alpha=0.85)  # fmt: skip
+        for r, y, up in zip(line.rows, line.ys, line.err[1], strict=True):
+            top, sizes = tops.get(r.n, (0.0, set()))
+            tops[r.n] = (max(top, y + up), sizes | {r.n_items})
+    for n, (top, sizes) in tops.items():  # one label per N: the settings of one run share their tasks
+        ax.annotate("n=" + "/".join(map(str, sorted(sizes))), (n, top), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=7)  # fmt: skip
+    span = max([1] + [r.n for r in picked])
+    ax.set_xticks(sorted(tops))
+    ax.set_xlim(-0.15 * span, 1.15 * span)
+    ax.set_ylim(-5, 105)
     ax.set_xlabel("rehearsals per user turn (N)")
     ax.set_ylabel(f"{metric} (%)")
-    ax.set_title(f"{picked[0].benchmark} {category}")
+    shown = "95% bootstrap intervals over tasks" if intervals else "no intervals"
+    ax.set_title(f"{picked[0].benchmark} {category}; n = items per point; {shown}", fontsize=8)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -135,9 +182,10 @@ def plot(rows: list[Row], metric: str, category: str, path: Path) -> bool:
 
 def write_outputs(
     out: Path, rows: list[Row], items: list[ItemResult], notes: list[str], meta: dict[str, Any],
-    headline: tuple[str, str],
+    headline: tuple[str, str], intervals: dict[tuple[str, int], Interval] | None = None,
 ) -> dict[str, str]:  # fmt: skip
-    """Write ``table.csv``, ``table.md``, ``items.jsonl``, ``summary.json`` and the plot into ``out``."""
+    """Write ``table.csv``, ``table.md``, ``items.jsonl``, ``summary.json`` and the plot into ``out``
+    (``intervals``: the headline's, per setting, on the plot)."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"csv": out / "table.csv", "markdown": out / "table.md", "items": out / "items.jsonl",
              "summary": out / "summary.json"}  # fmt: skip
@@ -146,7 +194,7 @@ def write_outputs(
     with files["items"].open("w", encoding="utf-8") as fh:
         for it in items:
             fh.write(json.dumps(it.to_dict(), ensure_ascii=False, default=str) + "\n")
-    if plot(rows, headline[0], headline[1], out / PLOT_FILE):
+    if plot(rows, headline[0], headline[1], out / PLOT_FILE, intervals):
         files["plot"] = out / PLOT_FILE
     files["summary"].write_text(json.dumps({**meta, "notes": notes}, indent=2, default=str), encoding="utf-8")
     return {k: str(v) for k, v in files.items()}
