@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from envace.evaluation.policies import Policy
-from envace.inference import TokenCounts, token_counts
+from envace.inference import ImaginedTurn, TokenCounts, token_counts
 from envace.rewards.base import RewardOutput
 from envace.rollout import Episode, RolloutLimits
 from envace.rollout.loop import UserHook, scripted_user
 from envace.rollout.reference import calls_once_per_turn, gold_calls
 from envace.rollout.responders import Responder
-from envace.types import Task
+from envace.rollout.transcript import segments
+from envace.types import ROLE_IDS, Task
 
 
 @dataclass
@@ -64,7 +65,8 @@ class TaskFilter:
 
 @dataclass
 class ItemResult:
-    """One committed episode of one task under one imagination setting and trial."""
+    """One committed episode of one task under one imagination setting and trial; ``texts``: what the
+    policy wrote in it, one decoded string per act turn (special tokens kept)."""
 
     benchmark: str
     category: str
@@ -80,6 +82,7 @@ class ItemResult:
     turns: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
     imagination: list[dict[str, Any]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,11 +106,21 @@ def item_result(
         flags=sorted(episode.flags),
         turns=episode.turn + 1,
         calls=[c.to_dict() for c in episode.calls],
-        imagination=[
-            {"turn": r.turn, "memory_tokens": r.memory_tokens, "attempts": [a.to_dict() for a in r.attempts]}
-            for r in episode.imagined
-        ],  # fmt: skip
+        imagination=[imagined_record(r) for r in episode.imagined],
+        texts=act_texts(episode),
     )
+
+
+def imagined_record(turn: ImaginedTurn) -> dict[str, Any]:
+    """One imagination before (or, revised, within) a committed user turn, as ``items.jsonl`` keeps it."""
+    return {"turn": turn.turn, "memory_tokens": turn.memory_tokens, "at_call": turn.at_call, "revised": turn.revised,
+            "attempts": [a.to_dict() for a in turn.attempts]}  # fmt: skip
+
+
+def act_texts(episode: Episode) -> list[str]:
+    """The policy's act turns of ``episode``, decoded (special tokens kept: the raw text it wrote)."""
+    decode = episode.builder.encode.tokenizer.decode
+    return [decode(ids, skip_special_tokens=False) for role, ids in segments(episode) if role == ROLE_IDS["act"]]
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 from envace._bfcl import bfcl_data_dir, bfcl_module, run_multi_turn_checker
 from envace.data.sources import load_source
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, SINGLE_TURN_CATEGORIES, call_string
+from envace.envs import canonical_messages, canonical_task
 from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, mean
 from envace.evaluation.bfcl_memory import MEMORY_CATEGORIES, load_questions, memory_phase, oracle_text, score_memory
 from envace.evaluation.bfcl_reference import reference_calls
@@ -101,8 +102,11 @@ def official_verdict(task: Task, messages: list[Message], flags: Collection[str]
 
     As bfcl-eval's runner, an episode that did not reach every turn, or hit the step limit, is
     force-terminated and fails; else ``multi_turn_checker`` runs on :func:`decoded_steps` under a
-    fresh model name, and its module-global API instances are deleted afterwards.
+    fresh model name, and its module-global API instances are deleted afterwards. A drifted task is
+    scored as the benchmark knows it (:func:`~envace.envs.canonical_task`), on the calls that ran,
+    under their canonical names (:func:`~envace.envs.canonical_messages`; docs/drift.md).
     """
+    messages, task = canonical_messages(task, messages), canonical_task(task)
     reached, gold = len(steps_per_turn(messages)), task.extra["ground_truth"]
     if reached < len(gold) or "max_steps" in flags:
         why = f"force-terminated: {reached} of {len(gold)} turns, flags {sorted(flags)}"

@@ -4,6 +4,8 @@
     envace evaluate --config configs/eval/bfcl.yaml --imagination.n_values [0,2,4] \
         --imagination.modes [parallel,sequential]
     envace evaluate --config configs/eval/tau2.yaml --policy runs/fit/version_0/checkpoints/last.ckpt
+    envace evaluate --config configs/eval/bfcl.yaml --tasks.categories [multi_turn_base] \
+        --drift rename_keys,add_fields --drift.mode silent --drift.seed 0
 
 Every imagination setting (plain, or N imagined attempts, parallel or sequential) runs the same tasks
 with the same seeds; each committed episode is scored by the benchmark's own scorer; the table,
@@ -23,10 +25,15 @@ from typing import Any, Literal
 
 import torch
 
+from envace.envs import task_drift
 from envace.evaluation.base import Benchmark, ItemResult, TaskFilter, by_category, item_result
 from envace.evaluation.bfcl import BFCLBenchmark
+from envace.evaluation.drift import DriftConfig, drift_note, drift_shorthand, drift_tasks
+from envace.evaluation.intervals import bootstrap_interval
 from envace.evaluation.others import FinMCPBenchmark, VitaBenchmark
 from envace.evaluation.policies import Policy, PolicyConfig, load_eval_policy
+from envace.evaluation.progress import Progress
+from envace.evaluation.provenance import git_commit, versions
 from envace.evaluation.report import Row, make_rows, sort_rows, to_markdown, write_outputs
 from envace.evaluation.tau2 import Tau2Benchmark, model_user
 from envace.evaluation.users import UserSimConfig
@@ -60,10 +67,15 @@ def run_setting(
     seed: int,
     trial: int,
     batch_tasks: int,
+    progress: Progress | None = None,
 ) -> list[ItemResult]:
-    """Run and score every task once under one imagination setting (one trial)."""
+    """Run and score every task once under one imagination setting (one trial); ``progress`` counts
+    the scored items and the tokens the policy generates."""
     torch.manual_seed(seed + trial)
     engine = policy.engine(sampling, bench.oracle)
+    if progress is not None:
+        stats = engine.stats
+        progress.track_tokens(lambda: stats.tokens)
     user = bench.user(policy)
     items = []
     by_cat: dict[str, list[Task]] = {}
@@ -82,6 +94,8 @@ def run_setting(
                     except Exception as exc:  # a scorer that cannot score masks the item, never stops the run
                         out = RewardOutput(None, False, {"error": f"{type(exc).__name__}: {exc}"})
                     items.append(item_result(bench.name, ep, out, category, setting.mode, setting.n, trial))
+                    if progress is not None:
+                        progress.advance()
     return items
 
 
@@ -142,8 +156,10 @@ def evaluate(
     trials: int = 1,
     seed: int = 0,
     batch_tasks: int = 16,
+    drift: DriftConfig | None = None,
     out: str | None = "runs/eval",
     quiet: bool = False,
+    progress_every: float = 5.0,
 ) -> EvalResult:
     """Evaluate a policy on a benchmark under one or several test-time imagination settings.
 
@@ -164,14 +180,20 @@ def evaluate(
         trials: runs of every task per setting, with seeds ``seed + trial`` (tau2's pass^k).
         seed: the base seed; two runs with one seed give identical tables.
         batch_tasks: tasks whose episodes (and imagined attempts) generate together.
+        drift: drift every task's real environment (``--drift KINDS --drift.mode M --drift.seed S``;
+            docs/drift.md): the policy meets an API that changed after training; ``None``: no drift.
         out: the output folder (``None``: write nothing).
         quiet: do not print progress and the table.
+        progress_every: seconds between progress lines on stderr (items done, rate, time left); a
+            heartbeat with the tokens generated so far fills longer gaps (``0``: per item only).
     """
     tasks, imagination = tasks or TaskFilter(), imagination or ImaginationConfig()
     limits, sampling = limits or RolloutLimits(), sampling or SamplingConfig()
     model, user = model or PolicyConfig(), user or UserSimConfig()
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    spec = (drift or DriftConfig()).spec()  # a bad kind or mode fails before the policy loads
     began = time.perf_counter()
+    log(f"[evaluate] {benchmark}: loading policy {policy} and the tasks")
     pol = load_eval_policy(policy, model)
     if pol.reference:
         limits = dataclasses.replace(limits, **{k: max(getattr(limits, k), v) for k, v in REFERENCE_LIMITS.items()})
@@ -179,32 +201,108 @@ def evaluate(
     task_list = bench.tasks()
     if not task_list:
         raise ValueError(f"no {benchmark} tasks match {tasks}")
+    if spec is not None:
+        task_list = drift_tasks(task_list, spec)
     ready = time.perf_counter() - began
-    log(f"[evaluate] {benchmark}: {len(task_list)} tasks, policy {policy}, ready in {ready:.0f} s")
+    log(f"[evaluate] {benchmark}: {len(task_list)} tasks, policy {policy} ({_rendering(pol)}), ready in {ready:.0f} s")
     result = EvalResult([], [], [])
-    for setting in imagination.settings():
+    settings = imagination.settings()
+    for i, setting in enumerate(settings, 1):
         t0 = time.perf_counter()
+        label = f"evaluate {benchmark} {setting.mode} n={setting.n} [{i}/{len(settings)}]"
         got = []
-        for trial in range(trials):
-            got += run_setting(bench, pol, task_list, setting, limits, sampling, seed, trial, batch_tasks)
+        with Progress(label, len(task_list) * trials, every=progress_every, quiet=quiet) as progress:
+            for trial in range(trials):
+                got += run_setting(bench, pol, task_list, setting, limits, sampling, seed, trial, batch_tasks, progress)
         key = f"{setting.mode}-{setting.n}"
         result.seconds[key] = round(time.perf_counter() - t0, 2)
         result.items += got
         result.rows += make_rows(bench.name, setting.mode, setting.n, bench.summarize(got))
         log(f"[evaluate] {key}: {len(got)} episodes in {result.seconds[key]:.1f} s; successes {_wins(got)}")
-    result.rows, result.notes = sort_rows(result.rows), bench.notes()
+    result.rows, result.notes = sort_rows(result.rows), bench.notes() + ([drift_note(spec)] if spec else [])
     if not quiet:
         print(to_markdown(result.rows, result.notes))
     if out is not None:
-        meta = {
-            "benchmark": benchmark, "policy": policy, "seed": seed, "trials": trials, "tasks": len(task_list),
-            "settings": [dataclasses.asdict(s) for s in imagination.settings()], "seconds": result.seconds,
-            "total_seconds": round(time.perf_counter() - began, 2), "limits": dataclasses.asdict(limits),
+        arguments = {
+            "benchmark": benchmark, "policy": policy, "tasks": tasks, "imagination": imagination, "limits": limits,
+            "sampling": sampling, "model": model, "user": user, "solo": solo, "simulator": simulator,
+            "trials": trials, "seed": seed, "batch_tasks": batch_tasks, "drift": drift,
         }  # fmt: skip
-        result.files = write_outputs(Path(out), result.rows, result.items, result.notes, meta,
-                                     _headline(bench, result.rows))  # fmt: skip
+        log(f"[evaluate] writing {out} (the headline's 95 % intervals: a bootstrap over tasks per setting)")
+        result.files = _write(Path(out), bench, pol, result, arguments, task_list, time.perf_counter() - began)
         log(f"[evaluate] wrote {', '.join(result.files.values())}")
     return result
+
+
+def _write(
+    out: Path, bench: Benchmark, pol: Policy, result: EvalResult, arguments: dict[str, Any], task_list: list[Task],
+    seconds: float,
+) -> dict[str, str]:  # fmt: skip
+    """Write the outputs of a run (``arguments``: every argument of :func:`evaluate`, resolved)."""
+    headline = _headline(bench, result.rows)
+    intervals = _intervals(bench, result.items, headline, arguments["seed"])
+    settings = arguments["imagination"].settings()
+    meta = {
+        "arguments": arguments, "policy": _policy_record(pol), "task_ids": [t.id for t in task_list],
+        "tasks": len(task_list), "settings": settings, "drift": _drift_record(task_list),
+        "seeds": [arguments["seed"] + t for t in range(arguments["trials"])],
+        "headline": {"metric": headline[0], "category": headline[1]},
+        "intervals": {f"{m}-{n}": iv for (m, n), iv in intervals.items()},
+        "seconds": result.seconds, "total_seconds": round(seconds, 2), "versions": versions(), "git": git_commit(),
+    }  # fmt: skip
+    bars = {k: (iv["lo"], iv["hi"]) for k, iv in intervals.items()}
+    return write_outputs(out, result.rows, result.items, result.notes, _plain(meta), headline, bars)
+
+
+def _drift_record(tasks: list[Task]) -> dict[str, Any] | None:
+    """The drift the tasks ran under (``summary.json``: kinds, mode, seed), ``None`` without."""
+    drift = task_drift(tasks[0]) if tasks else None
+    return None if drift is None else drift[0].to_json()
+
+
+def _rendering(pol: Policy) -> str:
+    """How the policy's prompts are rendered, for the log line."""
+    fmt = type(pol.fmt).__name__
+    style = f", tools {pol.fmt.tool_style}" if fmt == "HermesFormat" else ""
+    step = f", step {pol.checkpoint.global_step}" if pol.checkpoint and pol.checkpoint.global_step is not None else ""
+    return f"chat format {pol.chat_format} -> {fmt}{style}{step}"
+
+
+def _policy_record(pol: Policy) -> dict[str, Any]:
+    """What was loaded: the checkpoint (path, step, base, what it was trained with) and the rendering used."""
+    return {
+        "name": pol.name, "reference": pol.reference,
+        "checkpoint": dataclasses.asdict(pol.checkpoint) if pol.checkpoint else None,
+        "chat_format": pol.chat_format, "format": type(pol.fmt).__name__, "tool_style": pol.fmt.tool_style,
+        "dtype": str(next(pol.model.parameters()).dtype) if pol.model is not None else None,
+    }  # fmt: skip
+
+
+def _intervals(
+    bench: Benchmark, items: list[ItemResult], headline: tuple[str, str], seed: int
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The headline's 95 % interval per setting (stratified task bootstrap, :mod:`envace.evaluation.intervals`)."""
+    out = {}
+    per: dict[tuple[str, int], list[ItemResult]] = {}
+    for it in items:
+        per.setdefault((it.mode, it.n), []).append(it)
+    for key, group in per.items():
+        got = bootstrap_interval(bench.summarize, group, headline[0], headline[1], seed=seed)
+        if got is not None:
+            out[key] = {"lo": round(got[0], 6), "hi": round(got[1], 6), "level": 0.95, "replicates": got[2],
+                        "method": "stratified task bootstrap (percentile)"}  # fmt: skip
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with dataclasses as dicts (for ``summary.json``)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _wins(items: list[ItemResult]) -> str:
@@ -225,7 +323,7 @@ def parser() -> Any:
 def parse(argv: list[str]) -> dict[str, Any]:
     """The keyword arguments of :func:`evaluate` for a command line (nested configs instantiated)."""
     p = parser()
-    init = p.instantiate_classes(p.parse_args(argv))
+    init = p.instantiate_classes(p.parse_args(drift_shorthand(argv)))
     return {name: init.get(name) for name in inspect.signature(evaluate).parameters}
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from envace.data.sources import load_source
 from envace.data.sources.tau2 import official_reward
+from envace.envs import DriftedEnvironment, Environment, canonical_task, documented_calls, make_environment, with_drift
 from envace.envs.base import ENVIRONMENT_BROKEN, TIMEOUT
 from envace.envs.tau2 import Tau2Environment, tool_schemas
 from envace.evaluation.base import Benchmark, ItemResult, Summary, TaskFilter, by_category, mean
@@ -93,9 +94,24 @@ def solo_task(task: Task) -> Task:
                                user_turns=[SOLO_USER_TURN], gold=[gold], extra=extra)  # fmt: skip
 
 
+def tau2_environment(task: Task) -> Environment:
+    """The task's tau2 environment (solo mode's for a solo task), behind the task's drift when it has one."""
+    if task.extra.get("solo"):
+        return with_drift(task, SoloTau2Environment.from_task(canonical_task(task)))
+    env = make_environment(task)
+    if env is None:
+        raise ValueError(f"task {task.id}: no tau2 environment")
+    return env
+
+
+def tau2_inner(env: Environment | None) -> Environment | None:
+    """The tau2 environment itself (behind a drift: the one it wraps, whose history is tau2's)."""
+    return env.inner if isinstance(env, DriftedEnvironment) else env
+
+
 class Tau2Executor(Responder):
-    """Committed execution in the task's tau2 environment (solo or not); reference policies run
-    without the schema check (gold, as tau2's evaluator replays it)."""
+    """Committed execution in the task's tau2 environment (solo or not, drifted or not); reference
+    policies run without the schema check (gold, as tau2's evaluator replays it)."""
 
     def __init__(self, trusted: bool):
         self.trusted = trusted
@@ -104,8 +120,7 @@ class Tau2Executor(Responder):
         out = []
         for ep, call in zip(episodes, calls, strict=True):
             if ep.env is None:
-                cls = SoloTau2Environment if ep.task.extra.get("solo") else Tau2Environment
-                ep.env = cls.from_task(ep.task)
+                ep.env = tau2_environment(ep.task)
             out.append(ToolTurn(ep.env.execute(call, validate=not self.trusted)))
         return out
 
@@ -125,7 +140,7 @@ def tau2_messages(episode: Episode) -> list[Any]:
     from tau2.data_model.message import AssistantMessage, UserMessage
 
     solo = bool(episode.task.extra.get("solo"))
-    env = episode.env
+    env = tau2_inner(episode.env)  # canonical calls and tau2's own messages, under drift too
     history = iter(env.history() if isinstance(env, Tau2Environment) else [])
     records = iter(episode.calls)
     out: list[Any] = []
@@ -191,9 +206,9 @@ def pass_hat_k(successes: list[int], trials: int, k: int) -> float:
 def oracle_text(episode: Episode) -> str:
     """The tau2 oracle: the gold calls (all of them, one turn: tau2's actions) at the episode's very
     first act step, then, at every later one, a reply stating the information to give."""
-    gold = episode.task.gold[0] if episode.task.gold else []
+    gold = documented_calls(episode.task, episode.task.gold[0]) if episode.task.gold else []
     if gold and episode.turn == 0 and episode.steps_in_turn == 0:
-        return render_calls("", list(gold))
+        return render_calls("", gold)
     info = episode.task.extra.get("communicate_info") or []
     return "Here is what I found: " + "; ".join(info) if info else "Thank you for contacting us."
 

@@ -9,46 +9,21 @@ The grid (:mod:`~envace.experiment.grid`): one grounded warm start shared by eve
 of ordinary ``envace fit`` runs from it, and an evaluation of every policy (:mod:`~envace.experiment.evaluate`).
 Every finished unit writes a small result file in the results folder (kept in the repository);
 checkpoints and logs live in the work folder (the cache). A second invocation skips what is done.
+A grid with ``policies_from`` evaluates another experiment's policies, under ``evaluation.drift``
+(``configs/experiments/bfcl_cpu_drift.yaml``); its report is :mod:`~envace.experiment.drift_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, find_unit, units
+from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, find_unit, load_config, units
 
 __all__ = ["EvalSpec", "ExperimentConfig", "Unit", "load_config", "main", "units"]
-
-
-def load_config(path: str) -> ExperimentConfig:
-    """An :class:`ExperimentConfig` from a YAML file; a wrong or unknown field is a one-line error."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise FileNotFoundError(f"{path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping of experiment fields")
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    eval_fields = {f.name for f in dataclasses.fields(EvalSpec)}
-    unknown = [f"{k}" for k in raw if k not in fields] + [
-        f"evaluation.{k}" for k in (raw.get("evaluation") or {}) if k not in eval_fields
-    ]
-    if unknown:
-        raise ValueError(f"{path}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(fields))})")
-    try:
-        evaluation = EvalSpec(**(raw.pop("evaluation", None) or {}))
-        return ExperimentConfig(**raw, evaluation=evaluation)
-    except TypeError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,4 +68,12 @@ def _write_metadata(cfg: ExperimentConfig) -> None:
     folder = cfg.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = cfg.metadata()
+    if cfg.policies_from is not None:  # whose policies, where its results are, and every task's API classes
+        from envace.experiment.evaluate import task_classes
+        from envace.experiment.grid import source_config
+
+        source = source_config(cfg)
+        meta["policies_from"] = {"name": source.name, "config": cfg.policies_from,
+                                 "results": os.path.relpath(source.results_dir, folder)}  # fmt: skip
+        meta.update(task_classes(source.evaluation))
     (folder / "experiment.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

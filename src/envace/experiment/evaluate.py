@@ -7,8 +7,14 @@ Per split (``val``: unseen scenarios of the training API classes; ``test``: unse
   (:func:`envace.evaluation.evaluate`, the same code as ``envace evaluate``);
 * the rehearsal fidelity of the policy's own weights on the gold calls (the oracle acts, the policy
   writes every tool response, a real environment answers in lockstep): value and key F1, JSON
-  validity, error agreement, averaged over the task's calls.
+  validity, error agreement, averaged over the task's calls;
+* with private rehearsal, the fidelity of the imagination to the committed episode: each committed
+  call's real response against what the latest imagination before it rehearsed for that call
+  (the same tool and arguments, else the same tool), value and key F1 per item.
 
+Under a drift of the unit (``evaluation.drift``), every task's environment is drifted
+(:mod:`envace.evaluation.drift`), the gold fidelity's real answers too, and the official checker still
+reads the canonical calls. The drift mitigation (``evaluation.reimagine``) runs as its own settings.
 The episodes use the training config's limits, chat format and sampling dtype, greedy by default.
 """
 
@@ -22,7 +28,9 @@ import yaml
 
 from envace.data.datamodule import prompt_tokens, spread
 from envace.data.sources import SourceSpec
-from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit
+from envace.data.sources.bfcl import TRAIN_CLASSES
+from envace.envs import drifted_task
+from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, drift_entries, setting_label
 from envace.metrics.fidelity import score_pair
 from envace.protocol.tokens import PieceEncoder
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig, make_engine
@@ -55,38 +63,82 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity."""
     from envace.evaluation import evaluate
     from envace.evaluation.base import TaskFilter
+    from envace.evaluation.drift import DriftConfig
     from envace.evaluation.policies import PolicyConfig, load_eval_policy
     from envace.inference import ImaginationConfig
 
     spec, model = cfg.evaluation, base_settings(cfg.base)
+    drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
+    drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
     limits = RolloutLimits(**model.get("limits", {}))
     sampling = SamplingConfig(**{**model.get("sampling", {}), "temperature": spec.temperature})
     loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
     policy = load_eval_policy(str(checkpoint), loading)
-    imagination = ImaginationConfig(n_values=list(spec.n_values), modes=list(spec.modes))  # type: ignore[arg-type]
     items: list[dict[str, Any]] = []
     fidelity: list[dict[str, Any]] = []
     for split in spec.splits:
-        tasks = held_out(spec, split, policy.tokenizer, policy.fmt)
+        tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
         chosen = TaskFilter(categories=list(spec.categories), split=split, task_ids=[t.id for t in tasks],
                             max_user_turns=spec.max_user_turns)  # fmt: skip
-        result = evaluate("bfcl", str(checkpoint), tasks=chosen, imagination=imagination, limits=limits,
-                          sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
-                          out=None, quiet=True)  # fmt: skip
-        items += [_item(split, it) for it in result.items]
-        fidelity += gold_fidelity(policy, tasks, limits, sampling, split)
-    return {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
-            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
+        for reimagine in spec.reimagine:  # the mitigation's settings: its own evaluation, n > 0 only
+            n_values = [n for n in spec.n_values if n > 0 or not reimagine]
+            if not n_values:
+                continue
+            modes: Any = list(spec.modes)
+            imagination = ImaginationConfig(n_values=n_values, modes=modes, reimagine=reimagine)
+            result = evaluate("bfcl", str(checkpoint), tasks=chosen, imagination=imagination, limits=limits,
+                              sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
+                              drift=drifting, out=None, quiet=True)  # fmt: skip
+            items += [_item(split, it, reimagine) for it in result.items]
+        rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
+        fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
+    out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
+           "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
+    if unit.drift is not None:
+        out.update(drift=unit.drift, drift_spec=None if drift is None else drift.to_json())
+    return out
 
 
-def _item(split: str, item: Any) -> dict[str, Any]:
-    setting = "none" if item.n == 0 or item.mode == "none" else f"{item.mode}@{item.n}"
+def _item(split: str, item: Any, reimagine: int = 0) -> dict[str, Any]:
     turn = item.details.get("turn_score")
     if turn is None and item.score is not None:
         turns = item.details.get("turns") or item.turns
         turn = float(item.success) if turns <= 1 else None  # one user turn: the turn is the task
-    return {"split": split, "task_id": item.task_id, "setting": setting, "n": item.n, "mode": item.mode,
-            "success": bool(item.success), "score": item.score, "turn_score": turn}  # fmt: skip
+    return {"split": split, "task_id": item.task_id, "setting": setting_label(item.mode, item.n, reimagine),
+            "n": item.n, "mode": item.mode, "success": bool(item.success), "score": item.score, "turn_score": turn,
+            **imagined_fidelity(item.calls, item.imagination)}  # fmt: skip
+
+
+def imagined_fidelity(calls: list[dict[str, Any]], imagination: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the imagination foresaw the committed episode: each committed call's real response
+    against the response the latest imagination before it (``at_call`` at most its index) rehearsed
+    for the same tool and arguments, else the same tool; calls it never rehearsed are left out.
+
+    >>> call = {"call": {"name": "ls", "arguments": {}}, "response": {"files": ["a"]}}
+    >>> imagined = [{"at_call": 0, "attempts": [{"calls": [{**call, "response": {"files": ["b"]}}]}]}]
+    >>> imagined_fidelity([call, {**call, "call": {"name": "cd", "arguments": {}}}], imagined)
+    {'imagined_pairs': 1, 'imagined_value_f1': 0.0, 'imagined_key_f1': 1.0}
+    """
+    scores = []
+    for i, real in enumerate(calls):
+        before = [r for r in imagination if r.get("at_call", 0) <= i]
+        rehearsed = [c for a in (before[-1]["attempts"] if before else []) for c in a["calls"]]
+        same_tool = [c for c in rehearsed if c["call"]["name"] == real["call"]["name"]]
+        exact = [c for c in same_tool if c["call"]["arguments"] == real["call"]["arguments"]]
+        if same_tool:
+            scores.append(score_pair((exact or same_tool)[0]["response"], real["response"]))
+    means = {k: (fmean(getattr(s, k) for s in scores) if scores else None) for k in ("value_f1", "key_f1")}
+    return {"imagined_pairs": len(scores), "imagined_value_f1": means["value_f1"], "imagined_key_f1": means["key_f1"]}
+
+
+def task_classes(spec: EvalSpec) -> dict[str, Any]:
+    """The API classes of every task of ``spec``'s splits (``"<split>/<task_id>" -> classes``) and the
+    classes the grid trains on: what the unseen-class table of a report groups by."""
+    tasks: dict[str, list[str]] = {}
+    for split in spec.splits:
+        for t in SourceSpec("bfcl-multi-turn", split, options={"categories": list(spec.categories)}).load():
+            tasks[f"{split}/{t.id}"] = list((t.env or {}).get("involved_classes") or [])
+    return {"task_classes": tasks, "train_classes": sorted(TRAIN_CLASSES)}
 
 
 def gold_fidelity(

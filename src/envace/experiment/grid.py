@@ -4,18 +4,29 @@ A unit is the smallest piece of work that leaves a result file: ``warm_start`` (
 start every arm starts from), ``eval-warm_start``, and for each seed and arm ``run-<arm>-s<seed>``
 (an ordinary ``envace fit`` from the warm start) then ``eval-<arm>-s<seed>``. Units are ordered so
 that a partly run grid holds whole seeds: every arm of seed 0 before any of seed 1.
+
+Two optional axes of the evaluation: ``evaluation.drift`` evaluates every policy once per drift of
+the real environment (``eval-<policy>-<drift>``, docs/drift.md), and ``policies_from`` makes a grid
+that trains nothing: it evaluates another experiment's policies (its warm start and runs, from its
+work folder), one drift after another, each drift's policies together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from envace.envs import DriftSpec
 from envace.paths import cache_dir
 
 KINDS = ("warm_start", "run", "eval")
+WARM = "warm_start"
+NO_DRIFT = "none"
 
 
 @dataclass
@@ -34,6 +45,12 @@ class EvalSpec:
         modes: private-rehearsal modes for every ``n > 0`` (``parallel``, ``sequential``).
         temperature: sampling temperature of the evaluation (0: greedy).
         batch_tasks: tasks whose episodes generate together.
+        drift: drifts of the real environment, one evaluation unit per policy each: ``none`` (no
+            drift) or ``{kinds: [...], mode: documented|silent, seed: 0}`` (docs/drift.md); empty: no
+            drift axis (one unit per policy).
+        reimagine: the drift mitigation for every ``n > 0`` setting (setting ``<mode>@<n>+reimagine<k>``):
+            0, none; k, the rest of a user turn imagined again, at most k times, after a real response
+            the rehearsal did not foresee (``ImaginationConfig.reimagine``).
     """
 
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
@@ -45,6 +62,62 @@ class EvalSpec:
     modes: list[str] = field(default_factory=lambda: ["parallel", "sequential"])
     temperature: float = 0.0
     batch_tasks: int = 16
+    drift: list[Any] = field(default_factory=list)
+    reimagine: list[int] = field(default_factory=lambda: [0])
+
+    def __post_init__(self) -> None:
+        labels = [label for label, _ in drift_entries(self)]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"evaluation.drift names a drift twice: {', '.join(labels)}")
+        bad = [r for r in self.reimagine if not isinstance(r, int) or isinstance(r, bool) or r < 0]
+        if bad or not self.reimagine or len(set(self.reimagine)) != len(self.reimagine):
+            raise ValueError(f"evaluation.reimagine must list distinct integers >= 0, got {self.reimagine}")
+
+    def settings(self) -> list[tuple[str, int, int]]:
+        """``(mode, n, reimagine)`` of every setting, plain execution first."""
+        out = [("none", 0, 0)] if any(n <= 0 for n in self.n_values) else []
+        return out + [
+            (m, n, r) for n in sorted(set(self.n_values)) if n > 0 for m in self.modes for r in self.reimagine
+        ]
+
+
+def setting_label(mode: str, n: int, reimagine: int = 0) -> str:
+    """An item's setting: ``none``, ``<mode>@<n>`` or ``<mode>@<n>+reimagine<k>``.
+
+    >>> setting_label("none", 0), setting_label("parallel", 2), setting_label("parallel", 2, 1)
+    ('none', 'parallel@2', 'parallel@2+reimagine1')
+    """
+    if n <= 0 or mode == "none":
+        return "none"
+    return f"{mode}@{n}" + (f"+reimagine{reimagine}" if reimagine else "")
+
+
+def drift_label(spec: DriftSpec | None) -> str:
+    """A drift's name in unit keys and reports: ``none``, or ``<kind>+<kind>/<mode>`` (``/seed<s>`` past 0).
+
+    >>> drift_label(None), drift_label(DriftSpec(("units", "rename_tool"), "silent", 2))
+    ('none', 'units+rename_tool/silent/seed2')
+    """
+    if spec is None:
+        return NO_DRIFT
+    return f"{'+'.join(spec.kinds)}/{spec.mode}" + (f"/seed{spec.seed}" if spec.seed else "")
+
+
+def drift_entries(spec: EvalSpec) -> list[tuple[str, DriftSpec | None]]:
+    """``(label, spec)`` of every drift of ``spec.drift`` (``None`` for ``none``); a bad entry is a one-line error."""
+    out: list[tuple[str, DriftSpec | None]] = []
+    for i, entry in enumerate(spec.drift):
+        if entry in (NO_DRIFT, None):
+            out.append((NO_DRIFT, None))
+            continue
+        if not isinstance(entry, dict) or set(entry) - {"kinds", "mode", "seed"}:
+            raise ValueError(f"evaluation.drift[{i}]: expected 'none' or {{kinds: [...], mode: ..., seed: ...}}, "
+                             f"got {entry!r}")  # fmt: skip
+        kinds = entry.get("kinds") or []
+        drift = DriftSpec.parse(kinds if isinstance(kinds, str) else ",".join(map(str, kinds)),
+                                entry.get("mode", "documented"), entry.get("seed", 0))  # fmt: skip
+        out.append((drift_label(drift), drift))
+    return out
 
 
 @dataclass
@@ -63,6 +136,9 @@ class ExperimentConfig:
         results: the folder of the result files and the report (small files, kept in the repository).
         work: the folder of checkpoints and logs (default: ``$ENVACE_CACHE/experiments/<name>``).
         evaluation: how every policy is evaluated.
+        policies_from: the config of another experiment whose policies this one evaluates (its warm
+            start and the final checkpoints of this config's arms × seeds, in its work folder): this
+            grid trains nothing and its ``base`` must be that experiment's.
     """
 
     name: str
@@ -76,6 +152,7 @@ class ExperimentConfig:
     results: str | None = None
     work: str | None = None
     evaluation: EvalSpec = field(default_factory=EvalSpec)
+    policies_from: str | None = None
 
     def __post_init__(self) -> None:
         if not self.arms or not self.seeds:
@@ -96,9 +173,12 @@ class ExperimentConfig:
     def metadata(self) -> dict[str, Any]:
         """``experiment.json``: what the report needs to know of the grid."""
         ev = self.evaluation
-        settings = ["none"] + [f"{m}@{n}" for n in sorted(set(ev.n_values)) if n > 0 for m in ev.modes]
-        return {"name": self.name, "arms": list(self.arms), "seeds": list(self.seeds), "reference_arm": "envace",
+        settings = ["none"] + [setting_label(*s) for s in ev.settings() if s[1] > 0]
+        meta = {"name": self.name, "arms": list(self.arms), "seeds": list(self.seeds), "reference_arm": "envace",
                 "splits": list(ev.splits), "settings": settings, "config": asdict(self)}  # fmt: skip
+        if ev.drift:
+            meta["drift"] = [label for label, _ in drift_entries(ev)]
+        return meta
 
 
 @dataclass(frozen=True)
@@ -106,11 +186,13 @@ class Unit:
     """One piece of work that leaves one result file (``units/<key>.json``).
 
     Attributes:
-        key: ``warm_start``, ``eval-warm_start``, ``run-<arm>-s<seed>`` or ``eval-<arm>-s<seed>``.
+        key: ``warm_start``, ``eval-warm_start``, ``run-<arm>-s<seed>`` or ``eval-<arm>-s<seed>``
+            (``eval-<policy>-<drift>`` with a drift axis).
         kind: ``warm_start``, ``run`` or ``eval``.
         arm: the run's arm (``warm_start`` for the warm start and its evaluation).
         seed: the run's seed (``None`` for the warm start).
-        needs: the keys of the units whose results this one starts from.
+        needs: the keys of the units whose results this one starts from (in this grid).
+        drift: the drift label of an ``eval`` unit of a drift axis (:func:`drift_label`), else ``None``.
     """
 
     key: str
@@ -118,22 +200,35 @@ class Unit:
     arm: str
     seed: int | None = None
     needs: tuple[str, ...] = ()
+    drift: str | None = None
 
     @property
     def policy(self) -> str:
         """The name of the policy an ``eval`` unit evaluates (``warm_start`` or ``<arm>-s<seed>``)."""
-        return self.key.removeprefix("eval-")
+        return WARM if self.arm == WARM else f"{self.arm}-s{self.seed}"
+
+
+def _evals(cfg: ExperimentConfig, arm: str, seed: int | None, needs: tuple[str, ...]) -> list[Unit]:
+    """The evaluation units of one policy: one, or one per drift."""
+    name = WARM if seed is None else f"{arm}-s{seed}"
+    drifts = [label for label, _ in drift_entries(cfg.evaluation)]
+    if not drifts:
+        return [Unit(f"eval-{name}", "eval", arm, seed, needs)]
+    return [Unit(f"eval-{name}-{d.replace('/', '-')}", "eval", arm, seed, needs, d) for d in drifts]
 
 
 def units(cfg: ExperimentConfig) -> list[Unit]:
-    """The grid's units, in the order they run (each after the units it needs)."""
-    out = [Unit("warm_start", "warm_start", "warm_start"),
-           Unit("eval-warm_start", "eval", "warm_start", needs=("warm_start",))]  # fmt: skip
+    """The grid's units, in the order they run (each after the units it needs); with ``policies_from``,
+    evaluations only, drift by drift."""
+    if cfg.policies_from is not None:
+        policies = [(WARM, None)] + [(arm, seed) for seed in cfg.seeds for arm in cfg.arms]
+        per_policy = [_evals(cfg, arm, seed, ()) for arm, seed in policies]
+        return [evals[i] for i in range(len(per_policy[0])) for evals in per_policy]
+    out = [Unit(WARM, WARM, WARM), *_evals(cfg, WARM, None, (WARM,))]
     for seed in cfg.seeds:
         for arm in cfg.arms:
             run = f"run-{arm}-s{seed}"
-            out += [Unit(run, "run", arm, seed, ("warm_start",)),
-                    Unit(f"eval-{arm}-s{seed}", "eval", arm, seed, (run,))]  # fmt: skip
+            out += [Unit(run, "run", arm, seed, (WARM,)), *_evals(cfg, arm, seed, (run,))]
     return out
 
 
@@ -164,3 +259,51 @@ def write_result(cfg: ExperimentConfig, unit: Unit, result: dict[str, Any]) -> P
     tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
     return path
+
+
+def load_config(path: str) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from a YAML file; a wrong or unknown field is a one-line error, and
+    so is a ``policies_from`` experiment that does not hold this one's policies."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise FileNotFoundError(f"{path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of experiment fields")
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    eval_fields = {f.name for f in dataclasses.fields(EvalSpec)}
+    unknown = [f"{k}" for k in raw if k not in fields] + [
+        f"evaluation.{k}" for k in (raw.get("evaluation") or {}) if k not in eval_fields
+    ]
+    if unknown:
+        raise ValueError(f"{path}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(fields))})")
+    try:
+        evaluation = EvalSpec(**(raw.pop("evaluation", None) or {}))
+        cfg = ExperimentConfig(**raw, evaluation=evaluation)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    if cfg.policies_from is not None:
+        check_source(cfg, path)
+    return cfg
+
+
+def source_config(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The experiment whose policies ``cfg`` evaluates (``policies_from``)."""
+    assert cfg.policies_from is not None
+    return load_config(cfg.policies_from)
+
+
+def check_source(cfg: ExperimentConfig, path: str) -> None:
+    """``cfg``'s policies are in its ``policies_from`` experiment, trained from the same base config."""
+    source = source_config(cfg)
+    problem = None
+    if source.policies_from is not None:
+        problem = "evaluates another experiment's policies itself; point at the one that trained them"
+    elif not set(cfg.arms) <= set(source.arms) or not set(cfg.seeds) <= set(source.seeds):
+        problem = f"has arms {source.arms} and seeds {source.seeds}, not all of {cfg.arms} x {cfg.seeds}"
+    elif Path(cfg.base).resolve() != Path(source.base).resolve():
+        problem = f"was trained from {source.base}, not this config's base {cfg.base}"
+    if problem:
+        raise ValueError(f"{path}: policies_from {cfg.policies_from} ({source.name}) {problem}")

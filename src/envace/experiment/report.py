@@ -252,6 +252,10 @@ def write_report(folder: str | Path, n_boot: int = 2000, seed: int = 0) -> Path:
         The path of ``report.md``.
     """
     folder = Path(folder)
+    from envace.experiment.drift_report import is_drift_experiment, write_drift_report
+
+    if is_drift_experiment(folder):  # evaluations under drift (of another grid's policies): its own report
+        return write_drift_report(folder, n_boot, seed)
     results = load_results(folder)
     text = render_report(results, n_boot, seed)
     write_figures(results, folder / "figures", Boot(n_boot, seed))

@@ -57,7 +57,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Item:
-    """One evaluated task under one rehearsal setting."""
+    """One evaluated task under one rehearsal setting; ``imagined_*``: the imagination's fidelity to
+    the committed real responses (``None`` without rehearsal, or in files that predate it)."""
 
     split: str
     task_id: str
@@ -67,6 +68,8 @@ class Item:
     success: bool
     score: float | None
     turn_score: float | None
+    imagined_value_f1: float | None = None
+    imagined_key_f1: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ class Fidelity:
 
 @dataclass(frozen=True)
 class Eval:
-    """The evaluation of one policy: the warm start (``arm == policy == "warm_start"``) or a run's final one."""
+    """The evaluation of one policy: the warm start (``arm == policy == "warm_start"``) or a run's final
+    one, under ``drift`` (a drift label, ``none`` in files without one)."""
 
     policy: str
     arm: str
@@ -92,6 +96,7 @@ class Eval:
     seconds: float
     items: list[Item]
     fidelity: list[Fidelity]
+    drift: str = "none"
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,10 @@ class _Fields:
     def number(self, key: str, optional: bool = False) -> float | None:
         value = self.get(key, _is_number, "a number", optional)
         return None if value is None else float(value)
+
+    def maybe_number(self, key: str) -> float | None:
+        """A number or null, ``None`` when the field is absent (fields newer than some files)."""
+        return self.number(key, optional=True) if key in self.obj else None
 
     def real(self, key: str) -> float:
         return float(self.get(key, _is_number, "a number"))
@@ -208,6 +217,8 @@ def _item(f: _Fields) -> Item:
         success=success,
         score=f.number("score", optional=True),
         turn_score=f.number("turn_score", optional=True),
+        imagined_value_f1=f.maybe_number("imagined_value_f1"),
+        imagined_key_f1=f.maybe_number("imagined_key_f1"),
     )
 
 
@@ -241,6 +252,7 @@ def _eval(f: _Fields) -> Eval:
         seconds=f.real("seconds"),
         items=[_item(_Fields(o, f.file, f"items[{i}].")) for i, o in enumerate(items)],
         fidelity=[_fidelity(_Fields(o, f.file, f"fidelity[{i}].")) for i, o in enumerate(fidelity)],
+        drift=f.text("drift") if "drift" in f.obj else "none",
     )
 
 
@@ -262,7 +274,7 @@ def _identity(record: WarmStart | Run | Eval) -> str:
         return "the warm start"
     if isinstance(record, Run):
         return f"the run of arm {record.arm!r} seed {record.seed}"
-    return f"the evaluation of policy {record.policy!r}"
+    return f"the evaluation of policy {record.policy!r}" + (f" under drift {record.drift!r}" * (record.drift != "none"))
 
 
 def load_unit(file: Path) -> WarmStart | Run | Eval:
@@ -309,9 +321,9 @@ def load_results(folder: str | Path) -> Results:
     return Results(experiment, warm[0] if warm else None, runs, evals)
 
 
-def evals_of(results: Results, arm: str) -> list[Eval]:
-    """The evaluations of an arm's final policies (``"warm_start"``: the warm start's), in seed order."""
-    return [e for e in results.evals if e.arm == arm]
+def evals_of(results: Results, arm: str, drift: str = "none") -> list[Eval]:
+    """The evaluations of an arm's final policies (``"warm_start"``: the warm start's) under a drift, by seed."""
+    return [e for e in results.evals if e.arm == arm and e.drift == drift]
 
 
 def _collect(evals: Iterable[Eval], values: Callable[[Eval], Iterable[tuple[str, float]]]) -> dict[str, list[float]]:
@@ -327,7 +339,7 @@ def _collect(evals: Iterable[Eval], values: Callable[[Eval], Iterable[tuple[str,
 
 
 def item_values(
-    results: Results, arm: str, metric: str, splits: Iterable[str], setting: str = "none"
+    results: Results, arm: str, metric: str, splits: Iterable[str], setting: str = "none", drift: str = "none"
 ) -> dict[str, list[float]]:
     """Per-task values of one arm (or the warm start) for an item metric.
 
@@ -337,6 +349,7 @@ def item_values(
         metric: ``"success"`` (as 0/1), ``"score"`` or ``"turn_score"``; null values are skipped.
         splits: the splits pooled.
         setting: the rehearsal setting (``"none"``, ``"parallel@2"``, ...).
+        drift: the drift of the evaluations (``"none"``, ``"rename_keys/silent"``, ...).
     """
     wanted = set(splits)
 
@@ -346,11 +359,11 @@ def item_values(
             if it.split in wanted and it.setting == setting and value is not None:
                 yield f"{it.split}/{it.task_id}", float(value)
 
-    return _collect(evals_of(results, arm), values)
+    return _collect(evals_of(results, arm, drift), values)
 
 
 def fidelity_values(
-    results: Results, arm: str, splits: Iterable[str], metric: str = "value_f1"
+    results: Results, arm: str, splits: Iterable[str], metric: str = "value_f1", drift: str = "none"
 ) -> dict[str, list[float]]:
     """Per-task gold-call fidelity of one arm (or the warm start); tasks without pairs are skipped."""
     wanted = set(splits)
@@ -361,7 +374,7 @@ def fidelity_values(
             if fid.split in wanted and value is not None:
                 yield f"{fid.split}/{fid.task_id}", float(value)
 
-    return _collect(evals_of(results, arm), values)
+    return _collect(evals_of(results, arm, drift), values)
 
 
 def task_counts(results: Results) -> dict[str, int]:

@@ -5,6 +5,8 @@ The grid is resumable at two levels: a unit whose result file exists is skipped,
 interrupted mid-way resumes from its own ``last.ckpt`` (checkpoints live in the work folder, outside
 the repository). ``--unit K`` runs one unit, so a scheduler can run units on many machines (a unit
 only needs the result of the units it starts from, see :class:`~envace.experiment.grid.Unit`).
+A grid with ``policies_from`` trains nothing: its evaluations read the other experiment's
+checkpoints, each checked against the weights that experiment's result file records.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.grid import ExperimentConfig, Unit, is_done, result_path, units, write_result
+from envace.experiment.grid import (
+    WARM,
+    ExperimentConfig,
+    Unit,
+    is_done,
+    result_path,
+    source_config,
+    units,
+    write_result,
+)
 
 
 def unit_dir(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -187,8 +198,33 @@ def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
 
 
 def policy_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
-    """The checkpoint an ``eval`` unit evaluates: the warm start's, or its run's final one."""
+    """The checkpoint an ``eval`` unit evaluates: the warm start's, or its run's final one (with
+    ``policies_from``, the other experiment's: :func:`source_checkpoint`)."""
+    if cfg.policies_from is not None:
+        return source_checkpoint(cfg, unit)
     return last_checkpoint(cfg, unit.needs[0])
+
+
+def source_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """The other experiment's checkpoint of ``unit``'s policy, once that experiment has finished its
+    unit, and only when it holds the weights that unit's result file records: this grid never trains,
+    so a missing or changed checkpoint stops it with a one-line error."""
+    source = source_config(cfg)
+    key = WARM if unit.arm == WARM else f"run-{unit.arm}-s{unit.seed}"
+    trained = next(u for u in units(source) if u.key == key)
+    if not is_done(source, trained):
+        raise ValueError(f"{unit.key} evaluates {key} of experiment {source.name}, which has not finished it: "
+                         f"run that grid first ({cfg.policies_from})")  # fmt: skip
+    checkpoint = last_checkpoint(source, key)
+    if not checkpoint.is_file():
+        raise ValueError(f"{unit.key}: the checkpoint of {source.name}'s {key} is missing ({checkpoint}); restore "
+                         "it: this grid evaluates that experiment's policies and trains nothing")  # fmt: skip
+    recorded = json.loads(result_path(source, trained).read_text()).get("fingerprint")
+    found = fingerprint(checkpoint)
+    if recorded is not None and found != recorded:
+        raise ValueError(f"{unit.key}: {checkpoint} holds other weights ({found[:12]}) than {source.name}'s result "
+                         f"file of {key} records ({recorded[:12]})")  # fmt: skip
+    return checkpoint
 
 
 def run_grid(cfg: ExperimentConfig, config_path: str, show: Any = print) -> list[Unit]:
@@ -233,10 +269,12 @@ def progress(cfg: ExperimentConfig, grid: list[Unit], running: Unit | None, time
 
 def listing(cfg: ExperimentConfig) -> str:
     """``--list``: every unit, its index, what it needs and whether it is done."""
-    lines = [f"{'#':>3}  {'unit':<28} {'needs':<28} status"]
-    for i, unit in enumerate(units(cfg)):
+    grid = units(cfg)
+    w = max([28, *(len(u.key) for u in grid)])
+    lines = [f"{'#':>3}  {'unit':<{w}} {'needs':<28} status"]
+    for i, unit in enumerate(grid):
         status = "done" if is_done(cfg, unit) else "to do"
-        lines.append(f"{i:>3}  {unit.key:<28} {','.join(unit.needs) or '-':<28} {status}")
+        lines.append(f"{i:>3}  {unit.key:<{w}} {','.join(unit.needs) or '-':<28} {status}")
     return "\n".join(lines)
 
 

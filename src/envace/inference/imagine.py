@@ -17,6 +17,12 @@ For every user turn of every committed episode, before the policy acts (the roll
    later step and turn but never of the loss), and the turn runs against the committed responder
    (the real environment) as usual.
 
+With ``reimagine = k > 0`` (a mitigation of drift, off by default), imagination is conditioned on
+what the real environment answered: once an act step's calls are answered, if a real response has a
+shape the latest attempts did not rehearse for its tool (:func:`~envace.inference.memory.unforeseen`:
+other keys, an error, another type), the rest of the turn is imagined again from the committed
+context, which now holds the real responses, and its note appended (at most k times per user turn).
+
 Imagination tokens (everything the policy generated in imagined attempts) are counted apart from
 committed tokens (what it generated in the committed episode) and from the memory note's tokens.
 ``n = 0`` (or mode ``none``) is plain execution, token for token.
@@ -29,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from envace.inference.memory import Attempt, render_memory
+from envace.inference.memory import Attempt, render_memory, unforeseen
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine
@@ -53,6 +59,8 @@ class ImaginationConfig:
         modes: the modes of the sweep (overrides ``mode`` for every ``n > 0``).
         max_steps: act steps an imagined attempt may take (default: the committed limit).
         max_chars: most characters of each argument list, result and outcome in the note.
+        reimagine: times per user turn the rest of the turn is imagined again after a real response
+            the attempts did not foresee (0: never; the drift mitigation, docs/drift.md).
 
     Imagined tool responses take the rollout's ``limits.max_rehearse_tokens``, as committed ones do.
     """
@@ -63,6 +71,7 @@ class ImaginationConfig:
     modes: list[Mode] | None = None
     max_steps: int | None = None
     max_chars: int = 200
+    reimagine: int = 0
 
     @property
     def active(self) -> bool:
@@ -89,11 +98,14 @@ class ImaginationConfig:
 
 @dataclass
 class ImaginedTurn:
-    """What imagination spent and wrote before one committed user turn."""
+    """What imagination spent and wrote before one committed user turn (``revised``: again, mid-turn,
+    before the committed episode's ``at_call``-th call, after a real response it did not foresee)."""
 
     turn: int
     attempts: list[Attempt] = field(default_factory=list)
     memory_tokens: int = 0
+    at_call: int = 0
+    revised: bool = False
 
     @property
     def tokens(self) -> int:
@@ -116,6 +128,7 @@ def fork(episode: Episode) -> Episode:
         writers=list(episode.writers),
         format_errors=episode.format_errors,
         turn=episode.turn,
+        steps_in_turn=episode.steps_in_turn,
         rng=rng,
         user_stop=episode.user_stop,
         replayed=set(episode.replayed),
@@ -150,20 +163,35 @@ class Imagination:
         self.imagined, self.config, self.fmt = imagined, config, fmt
 
     def __call__(self, ep: Episode) -> Course:
-        """Imagine ``ep``'s current user turn: parallel attempts join together, sequential ones one
-        after another (each reading the note of those before); then the note, and the record."""
+        """Imagine ``ep``'s current user turn (the ``before_turn`` hook)."""
         if ep.done or not self.config.active:
             return
+        yield from self.imagine(ep, revised=False)
+
+    def revise(self, ep: Episode) -> Course:
+        """The ``after_step`` hook (``reimagine > 0``): imagine the rest of the turn again when a real
+        response since the latest imagination has a shape its attempts did not foresee, at most
+        ``reimagine`` times per user turn."""
+        latest = ep.imagined[-1] if ep.imagined else None
+        if ep.done or latest is None or latest.turn != ep.turn:
+            return
+        revisions = sum(r.revised for r in ep.imagined if r.turn == ep.turn)
+        if revisions < self.config.reimagine and unforeseen(latest.attempts, ep.calls[latest.at_call :]):
+            yield from self.imagine(ep, revised=True)
+
+    def imagine(self, ep: Episode, revised: bool) -> Course:
+        """Imagine from ``ep``'s committed context: parallel attempts join together, sequential ones
+        one after another (each reading the note of those before); then the note, and the record."""
         parallel = self.config.mode == "parallel"
         attempts: list[Attempt] = []
         for _ in range(1 if parallel else self.config.n):
             copies = [fork(ep) for _ in range(self.config.n if parallel else 1)]
             if attempts:  # sequential: the memory of the attempts so far
-                copies[0].builder.context(self.fmt.system(self.note(attempts), []))
+                copies[0].builder.context(self.fmt.system(self.note(attempts, revised), []))
             yield Join([self._attempt(im) for im in copies])
             attempts += [attempt_of(im, ep, len(ep.ids)) for im in copies]
-        span = ep.builder.context(self.fmt.system(self.note(attempts), []))
-        ep.imagined.append(ImaginedTurn(ep.turn, attempts, span.stop - span.start))
+        span = ep.builder.context(self.fmt.system(self.note(attempts, revised), []))
+        ep.imagined.append(ImaginedTurn(ep.turn, attempts, span.stop - span.start, len(ep.calls), revised))
 
     def _attempt(self, im: Episode) -> Course:
         """One imagined attempt: the turn to its end, then the copy is done."""
@@ -171,8 +199,8 @@ class Imagination:
         if not im.done:
             im.finish()
 
-    def note(self, attempts: list[Attempt]) -> str:
-        return render_memory(attempts, self.config.max_chars)
+    def note(self, attempts: list[Attempt], revised: bool = False) -> str:
+        return render_memory(attempts, self.config.max_chars, revised)
 
 
 def imagining_rollout(
@@ -195,7 +223,8 @@ def imagining_rollout(
     imagined = Rollout(engine, fmt, encode, imagine or PolicyRehearsal(), steps,
                        validate_calls=kw.get("validate_calls", True))  # fmt: skip
     hook = Imagination(imagined, config, fmt) if config.active else None
-    return Rollout(engine, fmt, encode, responder, limits, before_turn=hook, **kw)
+    revise = hook.revise if hook is not None and config.reimagine > 0 else None
+    return Rollout(engine, fmt, encode, responder, limits, before_turn=hook, after_step=revise, **kw)
 
 
 @dataclass

@@ -19,6 +19,10 @@ HEADER = (
     "Private rehearsal of the request above (imagined: nothing was executed; every result below was "
     "predicted, not observed, and may be wrong)."
 )
+REVISED_HEADER = (
+    "Private rehearsal again, from the real responses so far (a real response was not what the earlier "
+    "rehearsal predicted; imagined: nothing below was executed, every result was predicted and may be wrong)."
+)
 FOOTER = "Use what helps, avoid the problems, and now handle the request for real."
 LIMIT_FLAGS = {"truncated": "the answer was cut off", "max_steps": "it hit the step limit",
                "max_episode_tokens": "it ran out of context"}  # fmt: skip
@@ -100,11 +104,42 @@ def render_attempt(index: int, attempt: Attempt, max_chars: int = 200) -> str:
     return "\n".join(lines)
 
 
-def render_memory(attempts: list[Attempt], max_chars: int = 200) -> str:
-    """The whole imagination note: a header, each attempt, a closing instruction.
+def render_memory(attempts: list[Attempt], max_chars: int = 200, revised: bool = False) -> str:
+    """The whole imagination note: a header (:data:`REVISED_HEADER` for a revision after a real
+    response the rehearsal did not foresee), each attempt, a closing instruction.
 
     >>> print(render_memory([Attempt(outcome="Done.")]).splitlines()[1:3])
     ['Attempt 1:', '  (no tool calls)']
     """
     body = "\n".join(render_attempt(i, a, max_chars) for i, a in enumerate(attempts, start=1))
-    return f"{HEADER}\n{body}\n{FOOTER}"
+    return f"{REVISED_HEADER if revised else HEADER}\n{body}\n{FOOTER}"
+
+
+def response_shape(response: JSON) -> str:
+    """What a response looks like, as drift changes it: ``error``, an object's sorted keys, or the type.
+
+    >>> response_shape({"b": 1, "a": [2]}), response_shape({"error": "x"}), response_shape([1])
+    ('{a,b}', 'error', 'list')
+    """
+    if is_error(response):
+        return "error"
+    if isinstance(response, dict):
+        return "{" + ",".join(sorted(response)) + "}"
+    return type(response).__name__
+
+
+def unforeseen(attempts: list[Attempt], real: list[CallRecord]) -> list[CallRecord]:
+    """The real call records whose response has a shape no attempt rehearsed for a call of the same
+    tool (a tool no attempt called foresees nothing, so it is left out: there is nothing to correct).
+
+    >>> from envace.types import ToolCall
+    >>> a = [Attempt([CallRecord(ToolCall("ls"), {"files": []})])]
+    >>> [r.response for r in unforeseen(a, [CallRecord(ToolCall("ls"), {"files": ["x"]}),
+    ...     CallRecord(ToolCall("ls"), {"data": {"files": []}}), CallRecord(ToolCall("cd"), {"error": "no"})])]
+    [{'data': {'files': []}}]
+    """
+    seen: dict[str, set[str]] = {}
+    for attempt in attempts:
+        for r in attempt.calls:
+            seen.setdefault(r.call.name, set()).add(response_shape(r.response))
+    return [r for r in real if r.call.name in seen and response_shape(r.response) not in seen[r.call.name]]

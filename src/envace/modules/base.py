@@ -27,6 +27,7 @@ from envace.modules.logprobs import (
     shared_prefix_length,
 )
 from envace.modules.outputs import ValStepOutput
+from envace.modules.scalars import log_step
 from envace.modules.state import kept_rng, rng_state, set_rng_state, unsharded
 from envace.policy import PolicySpec, load_model, load_tokenizer
 from envace.protocol.render import ChatFormat, make_format
@@ -307,8 +308,9 @@ class PolicyModule(pl.LightningModule):
     def reward(self, episode: Episode) -> RewardOutput:
         """The episode's task reward: masked when it cannot be computed (a judge outage); a reward
         that raises is a bug and stops the run, the message naming the step, the task and the reward."""
+        traj = episode.trajectory()  # under drift: the canonical task, messages and calls (docs/drift.md)
         try:
-            return compute_reward(episode.task, episode.trajectory(), judge=self.judge)
+            return compute_reward(traj.task, traj, judge=self.judge)
         except RewardError as exc:
             raise RewardError(f"step {self.global_step}: {exc}") from exc.__cause__
 
@@ -347,10 +349,18 @@ class PolicyModule(pl.LightningModule):
         if state is not None:
             set_rng_state(state)
 
+    def phase_at(self, step: int) -> str:
+        """What optimizer step ``step`` trains: ``warm-start`` (grounded supervised) or ``rl``."""
+        return "warm-start"
+
     def log_stats(self, prefix: str, stats: dict[str, Any], batch_size: int) -> None:
+        """A step's loss stats as ``<prefix>/<stat>`` scalars (:func:`log_step`: once, at this step),
+        and its loss on the progress bar (``loss``)."""
         scalars = {f"{prefix}/{k}": float(v.detach() if isinstance(v, Tensor) else v) for k, v in stats.items()
                    if _is_scalar(v)}  # fmt: skip
-        self.log_dict(scalars, batch_size=batch_size, sync_dist=False)
+        log_step(self, scalars)
+        if "loss" in stats:
+            self.log("loss", scalars[f"{prefix}/loss"], prog_bar=True, logger=False, batch_size=batch_size)
 
 
 def _is_scalar(v: Any) -> bool:

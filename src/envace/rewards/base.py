@@ -30,7 +30,7 @@ class RewardOutput:
 class RewardUnavailable(Exception):
     """Raised by a reward function that cannot compute this episode's reward for a reason outside
     the code (a remote judge unreachable, past its deadline, or answering nonsense): the episode is
-    masked (``score=None``) and counted in ``reward/masked``, never scored 0. Any other exception is
+    masked (``score=None``) and counted in ``train/reward/masked``, never scored 0. Any other exception is
     a bug and stops the run (:func:`envace.rewards.compute_reward`)."""
 
 

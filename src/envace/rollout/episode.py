@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from envace.envs import Environment
+from envace.envs import Environment, canonical_calls, canonical_messages, canonical_task
 from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors
 from envace.types import JSON, ROLE_IDS, CallRecord, Message, Task, ToolCall, Trajectory, error_observation
 
@@ -99,7 +99,11 @@ class Episode:
                 env.close()
 
     def trajectory(self) -> Trajectory:
-        return Trajectory(task=self.task, messages=list(self.messages), calls=list(self.calls), source="rollout")
+        """The episode as rewards read it: under drift, the canonical task, messages and calls
+        (renamed tools under their own names, refused old-name calls left out; docs/drift.md)."""
+        task = self.task
+        messages, calls = canonical_messages(task, list(self.messages)), canonical_calls(task, list(self.calls))
+        return Trajectory(task=canonical_task(task), messages=messages, calls=calls, source="rollout")
 
     def tensors(self) -> EpisodeTensors:
         return self.builder.tensors()
@@ -110,7 +114,7 @@ class Episode:
 
 @dataclass
 class RolloutStats:
-    """Counts of one rollout, for ``rollout/*`` logging."""
+    """Counts of one rollout, for ``train/rollout/*`` and ``cost/*`` logging."""
 
     episodes: int = 0
     act_tokens: int = 0

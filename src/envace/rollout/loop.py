@@ -26,7 +26,7 @@ from functools import partial
 
 import torch
 
-from envace.envs import make_environment
+from envace.envs import accepted_tools, make_environment
 from envace.protocol import parse_act
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
@@ -102,6 +102,8 @@ class Rollout:
             gold, which the official harnesses run without a schema check.
         before_turn: a course each episode runs at the start of every user turn, before its first act
             (test-time imagination, :func:`envace.inference.imagining_rollout`).
+        after_step: a course each episode runs before it acts again within a user turn (the calls of
+            its last act step answered): imagination revised by what the environment answered.
     """
 
     def __init__(
@@ -115,10 +117,11 @@ class Rollout:
         lockstep: bool = False,
         validate_calls: bool = True,
         before_turn: TurnHook | None = None,
+        after_step: TurnHook | None = None,
     ):
         self.engine, self.fmt, self.encode = engine, fmt, encode
         self.responder, self.limits, self.user, self.lockstep = responder, limits or RolloutLimits(), user, lockstep
-        self.validate_calls, self.before_turn = validate_calls, before_turn
+        self.validate_calls, self.before_turn, self.after_step = validate_calls, before_turn, after_step
         responder.bind(engine, encode.tokenizer)
 
     def run(self, tasks: list[Task], group_size: int = 1, seeds: list[int] | None = None) -> list[Episode]:
@@ -178,6 +181,8 @@ class Rollout:
             if ep.steps_in_turn >= limits.max_steps_per_turn:
                 ep.finish("max_steps")
                 return None
+            if ep.steps_in_turn and self.after_step is not None:  # the last step's calls are answered
+                yield from self.after_step(ep)
             if not self._room(ep, limits.max_new_tokens):
                 return None
             ep.builder.context(self.fmt.assistant().header)
@@ -246,7 +251,7 @@ class Rollout:
             return []
         ep.builder.context(self.fmt.assistant().trailer)
         text = self.encode.tokenizer.decode(sample.ids, skip_special_tokens=True)
-        tools = ep.task.tools_at(ep.turn) if self.validate_calls else None
+        tools = accepted_tools(ep.task, ep.turn) if self.validate_calls else None  # docs, or what drift accepts
         parsed = parse_act(text, tools, self.limits.max_calls_per_step)
         ep.format_errors += parsed.n_errors
         ep.messages.append(Message("assistant", parsed.content, parsed.valid_calls))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from envace.envs import documented_calls
 from envace.protocol import render_calls
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import PieceEncoder
@@ -74,9 +75,10 @@ def calls_once_per_turn(episode: Episode, calls: Sequence[ToolCall]) -> str:
 
 
 def gold_calls(episode: Episode) -> list[ToolCall]:
-    """The gold calls of the episode's current user turn (none past the gold)."""
+    """The gold calls of the episode's current user turn (none past the gold), under the names the
+    policy's docs show (:func:`~envace.envs.documented_calls`: a documented drift's new tool names)."""
     gold = episode.task.gold
-    return list(gold[episode.turn]) if episode.turn < len(gold) else []
+    return documented_calls(episode.task, gold[episode.turn]) if episode.turn < len(gold) else []
 
 
 class OracleEngine(ScriptedEngine):

@@ -97,7 +97,7 @@ Follow = Callable[[Request, Sample], list[Request]]
 
 @dataclass
 class EngineStats:
-    """Generated tokens and seconds spent, for ``rollout/tokens_per_s``.
+    """Generated tokens and seconds spent, for ``train/rollout/tokens_per_s``.
 
     ``prompt_tokens`` counts the prompts' tokens; ``prefill_tokens`` the ones actually run through the
     model before sampling (the rest came from a cache); ``steps`` the model forwards that sampled a

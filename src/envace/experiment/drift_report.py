@@ -1,0 +1,263 @@
+"""The report of a drift experiment (``evaluation.drift``, often with ``policies_from``): ``report.md``.
+
+Everything comes from result files: this folder's (every policy under every drift, one file each) and,
+for the unseen-class table, the evaluations of the experiment whose policies it evaluates
+(``policies_from.results`` in ``experiment.json``, relative to this folder), with the API classes of
+every task that ``experiment.json`` records. Intervals are the main report's (:class:`Boot`: a task
+bootstrap with seeds within tasks, one fixed generator seed): rendering twice gives the same bytes.
+
+Sections: the grid; held-out success per policy × drift kind × mode × setting (N private rehearsals,
+with and without the mitigation) and its change from no drift; rehearsal fidelity under drift (the
+policy's rehearsal of the gold calls, N = 0; its imagination against the committed real responses,
+N > 0); the mitigation against none, with its verdict; unseen API classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from envace.experiment.hypotheses import Boot, format_interval
+from envace.experiment.results import WARM, Results, _Fields, _read_json, fidelity_values, item_values, load_results
+from envace.experiment.results import task_counts as counts_of
+from envace.experiment.stats import CONTRADICTED, SUPPORTED, verdict
+
+NONE = "none"
+REPORT_FILE = "report.md"
+Values = dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class DriftGrid:
+    """What ``experiment.json`` of a drift experiment adds: its drifts, whose policies, every task's classes."""
+
+    drifts: list[str]
+    source: dict[str, str] | None
+    task_classes: dict[str, list[str]]
+    train_classes: list[str]
+
+
+def is_drift_experiment(folder: str | Path) -> bool:
+    """Whether ``folder``'s ``experiment.json`` has a drift axis or evaluates another experiment's policies."""
+    meta = _read_json(Path(folder) / "experiment.json")
+    return isinstance(meta, dict) and bool(meta.get("drift") or meta.get("policies_from"))
+
+
+def load_grid(folder: str | Path) -> DriftGrid:
+    """The drift fields of ``experiment.json``, read strictly (a wrong type names the file and field)."""
+    file = Path(folder) / "experiment.json"
+    f = _Fields(_read_json(file), file)
+    drifts = f.array("drift", lambda v: isinstance(v, str), "a string") if "drift" in f.obj else [NONE]
+    source = None
+    if f.obj.get("policies_from") is not None:
+        src = f.sub("policies_from")
+        source = {"name": src.text("name"), "results": src.text("results")}
+    classes = f.sub("task_classes").obj if "task_classes" in f.obj else {}
+    bad = [k for k, v in classes.items() if not (isinstance(v, list) and all(isinstance(c, str) for c in v))]
+    if bad:
+        raise f.error(f"task_classes.{bad[0]}", "must be a list of class names")
+    train = f.array("train_classes", lambda v: isinstance(v, str), "a string") if "train_classes" in f.obj else []
+    return DriftGrid(drifts, source, dict(classes), train)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _kind_mode(label: str) -> list[str]:
+    """A drift label's kind and mode columns: ``rename_keys/silent/seed2`` -> ``rename_keys``, ``silent, seed 2``."""
+    if label == NONE:
+        return ["none", "—"]
+    kind, mode, *seed = label.split("/")
+    return [kind, mode + (f", seed {seed[0].removeprefix('seed')}" if seed else "")]
+
+
+def _policies(arms: list[str]) -> list[tuple[str, str]]:
+    return [("warm start", WARM)] + [(arm, arm) for arm in arms]
+
+
+def _pooled(results: Results, arms: list[str], drifts: list[str], metric: str, setting: str) -> Values:
+    """Per-task values over several policies and drifts, each task keyed by its policy and drift too."""
+    splits = results.experiment.splits
+    return {f"{arm}|{d}|{k}": v for arm in arms for d in drifts
+            for k, v in item_values(results, arm, metric, splits, setting, d).items()}  # fmt: skip
+
+
+def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[str]:
+    exp = results.experiment
+    counts = counts_of(results)
+    have = {(e.policy, e.drift) for e in results.evals}
+    names = [WARM] + [f"{a}-s{s}" for s in exp.seeds for a in exp.arms]
+    missing = [f"eval-{p}-{d.replace('/', '-')}" for d in grid.drifts for p in names if (p, d) not in have]
+    seconds = sum(e.seconds for e in results.evals)
+    origin = f"`{grid.source['name']}` (`{grid.source['results']}`)" if grid.source else "this grid's own runs"
+    rows = [["policies evaluated", f"warm start, {', '.join(exp.arms)} × seeds {', '.join(map(str, exp.seeds))}"],
+            ["trained by", origin], ["drifts", ", ".join(grid.drifts)], ["settings", ", ".join(exp.settings)],
+            ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
+            ["units read", str(len(results.evals))], ["units missing", ", ".join(missing) or "none"],
+            ["compute (sum of unit seconds)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"]]  # fmt: skip
+    if source is not None:
+        rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])
+    return [f"# Drift experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
+
+
+def _agreement(results: Results, source: Results) -> str:
+    """Items of this grid (no drift, setting ``none``) whose official verdict equals the source's on the
+    same policy and task: the same weights and code give the same verdict."""
+    theirs = {(e.policy, it.split, it.task_id): it.success for e in source.evals if e.drift == NONE
+              for it in e.items if it.setting == NONE}  # fmt: skip
+    pairs = [(it.success, theirs[(e.policy, it.split, it.task_id)]) for e in results.evals if e.drift == NONE
+             for it in e.items if it.setting == NONE and (e.policy, it.split, it.task_id) in theirs]  # fmt: skip
+    return f"{sum(a == b for a, b in pairs)} of {len(pairs)} items" if pairs else "no shared item"
+
+
+def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
+    exp = results.experiment
+    splits, rows = exp.splits, []
+    for label, arm in _policies(exp.arms):
+        base = item_values(results, arm, "success", splits, NONE, NONE)
+        for d in grid.drifts:
+            cells = [format_interval(boot.mean(item_values(results, arm, "success", splits, s, d)))
+                     for s in exp.settings]  # fmt: skip
+            plain = item_values(results, arm, "success", splits, NONE, d)
+            change = "—" if d == NONE else format_interval(boot.diff(plain, base))
+            rows.append([label, *_kind_mode(d), *cells, change])
+    header = ["policy", "drift", "mode", *(f"success {s}" for s in exp.settings), "Δ none vs no drift"]
+    return ["## Held-out success under drift", "",
+            "Official success (bfcl-eval's checker on the canonical calls of the committed episode against the "
+            "drifted real environment) pooled over the splits, per setting (`none`: N = 0; `mode@N`: N private "
+            "rehearsals per user turn; `+reimagine<k>`: with the mitigation). Each cell is `mean [lo, hi]`: the "
+            f"mean over tasks of the per-task mean over seeds, with a {boot.n_boot}-replicate 95% bootstrap interval "
+            f"(tasks, then seeds within each; generator seed {boot.seed}). Δ: success under the drift − without, "
+            "setting `none`, paired by task.", "", *_table(header, rows), ""]  # fmt: skip
+
+
+def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
+    exp = results.experiment
+    imagined = [s for s in exp.settings if s != NONE]
+    rows = []
+    for label, arm in _policies(exp.arms):
+        for d in grid.drifts:
+            cells = [format_interval(boot.mean(fidelity_values(results, arm, exp.splits, m, d)))
+                     for m in ("value_f1", "key_f1")]  # fmt: skip
+            for s in imagined:
+                cells += [format_interval(boot.mean(item_values(results, arm, f"imagined_{m}", exp.splits, s, d)))
+                          for m in ("value_f1", "key_f1")]  # fmt: skip
+            rows.append([label, *_kind_mode(d), *cells])
+    header = ["policy", "drift", "mode", "gold value_f1 (N = 0)", "gold key_f1 (N = 0)",
+              *(f"{s} imagined {m}" for s in imagined for m in ("value_f1", "key_f1"))]  # fmt: skip
+    return ["## Rehearsal fidelity under drift", "",
+            "N = 0: the policy's rehearsal of the gold calls (the oracle acts, the policy writes every response, the "
+            "drifted environment answers in lockstep). N > 0: the imagination against the committed episode: each "
+            "committed call's real (drifted) response against the response the latest imagination before it "
+            "rehearsed for that tool (its arguments first); calls never rehearsed are left out. key_f1 measures the "
+            "shape (drift renames, nests and adds keys), value_f1 the values.", "",
+            *_table(header, rows), ""]  # fmt: skip
+
+
+def _mitigation_pairs(settings: list[str]) -> list[tuple[str, str]]:
+    """``(setting, the same setting with the mitigation)`` pairs of the grid's settings."""
+    return [(s.split("+")[0], s) for s in settings if "+reimagine" in s and s.split("+")[0] in settings]
+
+
+def _mitigation_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
+    exp = results.experiment
+    title = ["## Mitigation: re-imagining after an unforeseen real response", ""]
+    pairs = _mitigation_pairs(exp.settings)
+    if not pairs:
+        return [*title, "No mitigated setting in this grid (`evaluation.reimagine: [0]`).", ""]
+    everyone, drifted = [WARM, *exp.arms], [d for d in grid.drifts if d != NONE]
+    pooled = ["all drifts", "—"]
+    groups = [(label, [arm], [d], _kind_mode(d)) for label, arm in _policies(exp.arms) for d in grid.drifts]
+    groups += [(label, [arm], drifted, pooled) for label, arm in _policies(exp.arms)]
+    groups += [("all", everyone, drifted, pooled), ("all", everyone, [NONE], _kind_mode(NONE))]
+    rows, verdicts = [], []
+    for base, mitigated in pairs:
+        for label, arms, drifts, name in groups:
+            if not drifts or not set(drifts) <= set(grid.drifts):
+                continue
+            gains = [boot.diff(_pooled(results, arms, drifts, m, mitigated), _pooled(results, arms, drifts, m, base))
+                     for m in ("success", "imagined_key_f1")]  # fmt: skip
+            rows.append([label, *name, f"{mitigated} − {base}", *map(format_interval, gains)])
+        overall = boot.diff(_pooled(results, everyone, drifted, "success", mitigated),
+                            _pooled(results, everyone, drifted, "success", base))  # fmt: skip
+        verdicts.append(f"- **{mitigated} against {base}**, under drift, every policy: {_keep(overall)}.")
+    header = ["policy", "drift", "mode", "settings", "success gain", "imagined key_f1 gain"]
+    return [*title,
+            "The mitigation (`ImaginationConfig.reimagine`): once an act step's calls are answered, if a real response "
+            "has a shape the latest imagined attempts did not rehearse for its tool (other keys, an error, another "
+            "type), the rest of the turn is imagined again from the committed context, which now holds the real "
+            "responses. Gain = mitigated − not, paired by task (pooled rows: by policy, drift and task). The verdict "
+            "rests on the pooled success gain under drift: kept only if its interval lies above 0.", "",
+            *_table(header, rows), "", *verdicts, ""]  # fmt: skip
+
+
+def _keep(diff: tuple[float, float, float, int] | None) -> str:
+    """The verdict on the mitigation from its pooled success gain."""
+    if diff is None:
+        return "not measured (no shared items)"
+    v = verdict(diff[1], diff[2], ">")
+    what = {SUPPORTED: "it helps: keep it", CONTRADICTED: "it hurts: drop it"}.get(
+        v, "no effect detected at this scale: not kept (it costs imagination)"
+    )
+    return f"gain {format_interval(diff)} over {diff[3]} paired (policy, drift, task) cells, {what}"
+
+
+def _unseen_section(grid: DriftGrid, source: Results | None, boot: Boot) -> list[str]:
+    title = ["## Unseen API classes", ""]
+    if source is None:
+        return [*title, "The trained grid's results are not available (`policies_from.results`).", ""]
+    exp = source.experiment
+    policies = _policies(exp.arms)
+    test = {label: item_values(source, arm, "success", ["test"]) for label, arm in policies}
+    keys = sorted({k for v in test.values() for k in v})
+    unknown = [k for k in keys if k not in grid.task_classes]
+    classes = sorted({c for k in keys for c in grid.task_classes.get(k, [])},
+                     key=lambda c: (c in grid.train_classes, c))  # fmt: skip
+    rows = []
+    for c in classes:
+        members = {k for k in keys if c in grid.task_classes.get(k, [])}
+        cells = [format_interval(boot.mean({k: v for k, v in test[label].items() if k in members}))
+                 for label, _ in policies]  # fmt: skip
+        rows.append([c, "yes" if c not in grid.train_classes else "no", str(len(members)), *cells])
+    val = {label: item_values(source, arm, "success", ["val"]) for label, arm in policies}
+    for name, split in (("test: all", test), ("val: training classes", val)):
+        n = len({k for v in split.values() for k in v})
+        rows.append([name, "—", str(n), *(format_interval(boot.mean(split[label])) for label, _ in policies)])
+    note = f" {len(unknown)} evaluated task(s) had no recorded classes and are left out." if unknown else ""
+    return [*title,
+            f"From the evaluations of `{exp.name}` (no drift, setting `none`, its seeds): official success on its "
+            "`test` split, the scenarios that involve an API class never trained on, per class (a task counts in "
+            "every class it involves; held out = not among the training classes "
+            f"{', '.join(grid.train_classes) or '—'}), beside its `val` split (unseen scenarios of the training "
+            f"classes).{note}", "",
+            *_table(["API class", "held out", "tasks", *(label for label, _ in policies)], rows), ""]  # fmt: skip
+
+
+def render_drift_report(results: Results, grid: DriftGrid, source: Results | None, n_boot: int = 2000,
+                        seed: int = 0) -> str:  # fmt: skip
+    """The markdown text of a drift experiment's ``report.md``: a function of its inputs only."""
+    boot = Boot(n_boot, seed)
+    sections = [_header(results, grid, source), _success_section(results, grid, boot),
+                _fidelity_section(results, grid, boot), _mitigation_section(results, grid, boot),
+                _unseen_section(grid, source, boot)]  # fmt: skip
+    return "\n".join(line for section in sections for line in section).rstrip("\n") + "\n"
+
+
+def load_source_results(folder: Path, grid: DriftGrid) -> Results | None:
+    """The results of the experiment whose policies ``folder``'s grid evaluates, ``None`` when it has none here."""
+    if grid.source is None:
+        return None
+    path = folder / grid.source["results"]
+    return load_results(path) if (path / "experiment.json").is_file() else None
+
+
+def write_drift_report(folder: str | Path, n_boot: int = 2000, seed: int = 0) -> Path:
+    """Read a drift experiment's result files (and its source's) and write ``report.md``; returns its path."""
+    folder = Path(folder)
+    results, grid = load_results(folder), load_grid(folder)
+    text = render_drift_report(results, grid, load_source_results(folder, grid), n_boot, seed)
+    path = folder / REPORT_FILE
+    path.write_text(text, encoding="utf-8")
+    return path
