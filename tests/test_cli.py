@@ -62,6 +62,17 @@ def test_help_lists_every_command_in_one_line(capsys: pytest.CaptureFixture[str]
     assert "test" not in out.split() and "predict" not in out.split()
 
 
+def test_help_into_a_pipe_the_reader_has_closed_is_no_traceback() -> None:
+    """``envace --help | head -1`` where head has already gone: exit 0, no BrokenPipeError."""
+    code = "import sys, time; from envace.cli import main; time.sleep(0.5); sys.exit(main(['--help']))"
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader leaves before the help is written
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_version_is_the_installed_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"envace {importlib.metadata.version('envace')}"

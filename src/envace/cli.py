@@ -199,6 +199,14 @@ def _command(word: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``envace`` console script; returns the exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `envace --help | head`: the reader has gone, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second one at exit's flush
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     from envace.commands.usage import overview
 
     args = list(sys.argv[1:] if argv is None else argv)
