@@ -122,3 +122,29 @@ def test_a_bad_experiment_config_is_one_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(bad), "--list"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "evaluation.nvalues" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_killed_attempt_counts_until_its_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit killed with its runner wrote no seconds; the next attempt adds its time (start to the
+    last line of fit.log) before it runs, so a resumed run's cost is all its attempts."""
+    from envace.experiment import runner
+
+    cfg = load_config(str(tiny_grid(tmp_path)))
+    unit = next(u for u in units(cfg) if u.key == "run-envace-s0")
+    folder = runner.unit_dir(cfg, unit)
+    folder.mkdir(parents=True)
+    began = time.time() - 1000
+    (folder / runner.OPEN_ATTEMPT).write_text(str(began))
+    log = folder / "fit.log"
+    log.write_text("step 7 of 16, then SIGKILL\n")
+    os.utime(log, (began + 40, began + 40))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        runner.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    runner.run_fit(cfg, unit)
+    attempts = json.loads((folder / "attempts.json").read_text())
+    assert len(ran) == 1 and attempts[0] == 40.0 and len(attempts) == 2
+    assert not (folder / runner.OPEN_ATTEMPT).exists()
+    runner.run_fit(cfg, unit)  # a clean attempt adds only itself
+    assert len(json.loads((folder / "attempts.json").read_text())) == 3

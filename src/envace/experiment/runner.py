@@ -82,18 +82,40 @@ def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
     last = last_checkpoint(cfg, unit.key)
     if last.is_file():
         args += ["--ckpt_path", str(last)]
-    began = time.perf_counter()
     log = unit_dir(cfg, unit) / "fit.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    _close_killed_attempt(cfg, unit, log)
+    began = time.perf_counter()
+    opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
+    opened.write_text(str(time.time()))
     with log.open("a") as out:
         rc = subprocess.run(
             [sys.executable, "-m", "envace.cli", *args], stdout=out, stderr=subprocess.STDOUT
         ).returncode
     seconds = time.perf_counter() - began
     _add_seconds(cfg, unit, seconds)
+    opened.unlink()
     if rc != 0:
         raise RuntimeError(f"{unit.key}: envace fit exited with {rc}; its output is in {log}")
     return seconds
+
+
+#: in a unit's work folder while its fit runs: the attempt's start (epoch seconds)
+OPEN_ATTEMPT = "attempt.open"
+
+
+def _close_killed_attempt(cfg: ExperimentConfig, unit: Unit, log: Path) -> None:
+    """An attempt killed with its runner (the machine stopped, the grid was killed) left its start
+    behind and no seconds: it cost from that start to its last line in ``fit.log``, which is added."""
+    opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
+    if not opened.is_file():
+        return
+    began = float(opened.read_text())
+    ended = log.stat().st_mtime if log.is_file() else began
+    seconds = max(0.0, ended - began)
+    print(f"[{cfg.name}] {unit.key}: an earlier attempt was killed after {seconds:.0f} s; counted", flush=True)
+    _add_seconds(cfg, unit, seconds)
+    opened.unlink()
 
 
 def _add_seconds(cfg: ExperimentConfig, unit: Unit, seconds: float) -> None:
