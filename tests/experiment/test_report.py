@@ -384,3 +384,15 @@ def test_curves_figure_shows_only_the_validation_tags_it_names(tmp_path: Path) -
     assert curve_tags(results) == ["val/committed/official_success/bfcl", "val/imagined/fidelity_gold/value_f1"]
     # envace logged 0.8 at step 10 on both seeds; fidelity 0.65 and 0.66 average to 0.655
     assert mean_curve(results, "envace", "val/imagined/fidelity_gold/value_f1") == [(0, 0.6), (10, 0.655)]
+
+
+def test_the_grid_table_names_the_code_each_unit_ran(tmp_path: Path) -> None:
+    """Units run by two versions of the code (a tree edited while the grid ran) show in the report."""
+    folder = make_grid(tmp_path / "exp")
+    files = sorted((folder / "units").glob("*.json"))
+    for i, file in enumerate(files[:3]):
+        doc = json.loads(file.read_text())
+        doc["code"] = {"commit": "a" * 40, "dirty": False} if i < 2 else {"commit": "b" * 40, "dirty": True}
+        _write(file, doc)
+    grid = _report(folder).split("## Minimum")[0]
+    assert f"`{'a' * 12}`: 2, `{'b' * 12}+dirty`: 1, `unrecorded`: {len(files) - 3}" in grid

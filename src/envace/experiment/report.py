@@ -69,6 +69,7 @@ def _header(results: Results) -> list[str]:
         ],  # fmt: skip
         ["units missing", ", ".join(_missing_units(results)) or "none"],
         ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
+        ["code (git commit: units)", ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"],
         ["compute (sum of unit seconds)", _seconds(warm_s + run_s + eval_s)],
         ["… warm start / runs / evaluations", f"{_seconds(warm_s)} / {_seconds(run_s)} / {_seconds(eval_s)}"],
     ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,9 @@ class Results:
     warm_start: WarmStart | None
     runs: list[Run]
     evals: list[Eval]
+    #: the code the units ran: ``commit[:12]`` (``+dirty`` when tracked files differed) -> units;
+    #: ``unrecorded`` for files without a ``code`` field
+    codes: dict[str, int] = field(default_factory=dict)
 
 
 class _Fields:
@@ -304,8 +307,11 @@ def load_results(folder: str | Path) -> Results:
     runs: list[Run] = []
     evals: list[Eval] = []
     seen: dict[str, Path] = {}
+    codes: dict[str, int] = {}
     for file in sorted((folder / "units").glob("*.json")):
         unit, record = _unit(file)
+        label = code_label(_read_json(file).get("code"))
+        codes[label] = codes.get(label, 0) + 1
         for key in (unit, _identity(record)):
             if key in seen:
                 raise ValueError(f"{file}: field 'unit' {unit!r}: {key} was already read from {seen[key].name}")
@@ -318,7 +324,18 @@ def load_results(folder: str | Path) -> Results:
             evals.append(record)
     runs.sort(key=lambda r: (r.arm, r.seed))
     evals.sort(key=lambda e: (e.arm, -1 if e.seed is None else e.seed, e.policy))
-    return Results(experiment, warm[0] if warm else None, runs, evals)
+    return Results(experiment, warm[0] if warm else None, runs, evals, codes)
+
+
+def code_label(code: Any) -> str:
+    """A result file's ``code`` field (:func:`envace.evaluation.provenance.git_commit`) as a label.
+
+    >>> code_label({"commit": "919daaf4bd2e0123", "dirty": True}), code_label(None)
+    ('919daaf4bd2e+dirty', 'unrecorded')
+    """
+    if not isinstance(code, dict) or not isinstance(code.get("commit"), str):
+        return "unrecorded"
+    return code["commit"][:12] + ("+dirty" if code.get("dirty") else "")
 
 
 def evals_of(results: Results, arm: str, drift: str = "none") -> list[Eval]:

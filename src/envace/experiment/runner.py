@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from envace.evaluation.provenance import git_commit
 from envace.experiment.grid import (
     WARM,
     ExperimentConfig,
@@ -196,9 +197,9 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
         began = time.perf_counter()
         result = evaluate_unit(cfg, unit, policy_checkpoint(cfg, unit))
         result["seconds"] = round(time.perf_counter() - began, 1)
-        return write_result(cfg, unit, result)
+        return write_result(cfg, unit, {**result, "code": git_commit()})
     run_fit(cfg, unit)
-    return write_result(cfg, unit, fit_result(cfg, unit))
+    return write_result(cfg, unit, {**fit_result(cfg, unit), "code": git_commit()})
 
 
 def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
