@@ -12,7 +12,7 @@ value per seed, in seed order, so the bootstrap sees the same input however the 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,9 +107,7 @@ class Results:
     warm_start: WarmStart | None
     runs: list[Run]
     evals: list[Eval]
-    #: the code the units ran: ``commit[:12]`` (``+dirty`` when tracked files differed) -> units;
-    #: ``unrecorded`` for files without a ``code`` field
-    codes: dict[str, int] = field(default_factory=dict)
+    codes: dict[str, int] = field(default_factory=dict)  #: :func:`code_label` -> units that ran that code
 
 
 class _Fields:
@@ -307,11 +305,10 @@ def load_results(folder: str | Path) -> Results:
     runs: list[Run] = []
     evals: list[Eval] = []
     seen: dict[str, Path] = {}
-    codes: dict[str, int] = {}
+    codes: Counter[str] = Counter()
     for file in sorted((folder / "units").glob("*.json")):
         unit, record = _unit(file)
-        label = code_label(_read_json(file).get("code"))
-        codes[label] = codes.get(label, 0) + 1
+        codes[code_label(_read_json(file).get("code"))] += 1
         for key in (unit, _identity(record)):
             if key in seen:
                 raise ValueError(f"{file}: field 'unit' {unit!r}: {key} was already read from {seen[key].name}")
@@ -324,12 +321,12 @@ def load_results(folder: str | Path) -> Results:
             evals.append(record)
     runs.sort(key=lambda r: (r.arm, r.seed))
     evals.sort(key=lambda e: (e.arm, -1 if e.seed is None else e.seed, e.policy))
-    return Results(experiment, warm[0] if warm else None, runs, evals, codes)
+    return Results(experiment, warm[0] if warm else None, runs, evals, dict(codes))
 
 
 def code_label(code: Any) -> str:
-    """A result file's ``code`` field (:func:`envace.evaluation.provenance.git_commit`) as a label.
-
+    """A result file's ``code`` (:func:`envace.evaluation.provenance.git_commit`): ``commit[:12]``, with
+    ``+dirty`` when tracked files differed; ``unrecorded`` without one.
     >>> code_label({"commit": "919daaf4bd2e0123", "dirty": True}), code_label(None)
     ('919daaf4bd2e+dirty', 'unrecorded')
     """
