@@ -85,6 +85,18 @@ def test_single_setting_and_reference_limits() -> None:
     assert result.items[0].success  # reference policies are not held to token limits
 
 
+def test_a_loaded_policy_gives_the_episodes_of_its_name() -> None:
+    """The experiment's eval unit loads its policy once and passes it to every ``evaluate``."""
+    from envace.evaluation import load_eval_policy
+
+    tasks, limits = TaskFilter(task_ids=["multi_turn_base_105"], max_user_turns=1), RolloutLimits(max_new_tokens=6)
+    by_name = evaluate("bfcl", "tiny", tasks=tasks, limits=limits, out=None, quiet=True)
+    loaded = evaluate("bfcl", load_eval_policy("tiny"), tasks=tasks, limits=limits, out=None, quiet=True)
+    episodes = [[(i.task_id, i.calls, i.score) for i in r.items] for r in (by_name, loaded)]
+    assert episodes[0] == episodes[1]
+    assert by_name.items and loaded.rows == by_name.rows
+
+
 def _lines_with_times(argv: list[str], timeout: float) -> tuple[int, list[tuple[float, str]]]:
     """Run ``argv``; every stderr line with the time it arrived."""
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

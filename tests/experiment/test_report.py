@@ -396,3 +396,33 @@ def test_the_grid_table_names_the_code_each_unit_ran(tmp_path: Path) -> None:
         _write(file, doc)
     grid = _report(folder).split("## Minimum")[0]
     assert f"`{'a' * 12}`: 2, `{'b' * 12}+dirty`: 1, `unrecorded`: {len(files) - 3}" in grid
+
+
+def test_pauses_are_left_out_of_a_units_seconds_and_listed(tmp_path: Path) -> None:
+    """A unit stopped with SIGSTOP for a while: pauses.json takes those seconds out of its cost."""
+    folder = make_grid(tmp_path / "exp")
+    runs_before = sum(r.seconds for r in load_results(folder).runs)  # 100 + seed per run
+    _write(folder / "pauses.json", {"run-envace-s0": {"seconds": 40, "why": "stopped for a CI run"}})
+    results = load_results(folder)
+    assert sum(r.seconds for r in results.runs) == runs_before - 40
+    assert next(r for r in results.runs if (r.arm, r.seed) == ("envace", 0)).seconds == 60.0
+    text = _report(folder)
+    assert "run-envace-s0: 40 s left out (stopped for a CI run)" in text.split("## Minimum")[0]
+    envace_cost = next(line for line in text.splitlines() if line.startswith("| envace | 2 |"))
+    assert envace_cost.split(" | ")[2] == "80.5"  # (60 + 101) / 2
+
+
+@pytest.mark.parametrize(
+    "pauses, field",
+    [
+        ({"run-envace-s0": {"seconds": -1, "why": "x"}}, "run-envace-s0.seconds"),
+        ({"run-envace-s0": {"seconds": True, "why": "x"}}, "run-envace-s0.seconds"),
+        ({"run-envace-s0": {"seconds": 5}}, "run-envace-s0.why"),
+        ({"run-envace-s0": {"seconds": 500, "why": "longer than the unit"}}, "seconds"),
+    ],
+)
+def test_malformed_pauses_raise_naming_file_and_field(tmp_path: Path, pauses: dict, field: str) -> None:
+    folder = make_grid(tmp_path / "exp")
+    _write(folder / "pauses.json", pauses)
+    with pytest.raises(ValueError, match=rf"pauses.json: field '{field}'|run-envace-s0.json: field '{field}'"):
+        load_results(folder)

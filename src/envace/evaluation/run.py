@@ -144,7 +144,7 @@ def _headline(bench: Benchmark, rows: list[Row]) -> tuple[str, str]:
 
 def evaluate(
     benchmark: BenchmarkName = "bfcl",
-    policy: str = "smollm2-135m",
+    policy: str | Policy = "smollm2-135m",
     tasks: TaskFilter | None = None,
     imagination: ImaginationConfig | None = None,
     limits: RolloutLimits | None = None,
@@ -166,7 +166,8 @@ def evaluate(
     Args:
         benchmark: ``bfcl``, ``tau2``, ``vitabench`` or ``finmcp`` (OpenAI-chat logs with recorded results).
         policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
-            (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``.
+            (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``;
+            or a policy already loaded by :func:`load_eval_policy` (``model`` is then not used to load it).
         tasks: which tasks (categories, split, a per-category limit, ids, max user turns, data path).
         imagination: the imagination setting, or a sweep (``n_values`` × ``modes``).
         limits: episode limits and generation budgets (``max_rehearse_tokens``: every generated tool
@@ -193,8 +194,10 @@ def evaluate(
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
     spec = (drift or DriftConfig()).spec()  # a bad kind or mode fails before the policy loads
     began = time.perf_counter()
+    loaded = policy if isinstance(policy, Policy) else None
+    policy = loaded.name if loaded is not None else str(policy)
     log(f"[evaluate] {benchmark}: loading policy {policy} and the tasks")
-    pol = load_eval_policy(policy, model)
+    pol = loaded or load_eval_policy(policy, model)
     if pol.reference:
         limits = dataclasses.replace(limits, **{k: max(getattr(limits, k), v) for k, v in REFERENCE_LIMITS.items()})
     bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling)

@@ -86,7 +86,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
                 continue
             modes: Any = list(spec.modes)
             imagination = ImaginationConfig(n_values=n_values, modes=modes, reimagine=reimagine)
-            result = evaluate("bfcl", str(checkpoint), tasks=chosen, imagination=imagination, limits=limits,
+            result = evaluate("bfcl", policy, tasks=chosen, imagination=imagination, limits=limits,
                               sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
                               drift=drifting, out=None, quiet=True)  # fmt: skip
             items += [_item(split, it, reimagine) for it in result.items]

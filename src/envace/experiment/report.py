@@ -70,7 +70,12 @@ def _header(results: Results) -> list[str]:
         ["units missing", ", ".join(_missing_units(results)) or "none"],
         ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
         ["code (git commit: units)", ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"],
-        ["compute (sum of unit seconds)", _seconds(warm_s + run_s + eval_s)],
+        ["compute (sum of unit seconds, less pauses)", _seconds(warm_s + run_s + eval_s)],
+        [
+            "pauses (pauses.json)",
+            "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items()))
+            or "none",
+        ],  # fmt: skip
         ["… warm start / runs / evaluations", f"{_seconds(warm_s)} / {_seconds(run_s)} / {_seconds(eval_s)}"],
     ]
     return [f"# Experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]

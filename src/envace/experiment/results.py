@@ -4,6 +4,7 @@
 (kinds ``warm_start``, ``run``, ``eval``; the fields are those of the dataclasses below). A file that
 is not valid JSON, misses a field or holds a value of the wrong type raises ``ValueError`` naming the
 file and the field. Integers are accepted where a float is expected; booleans never count as numbers.
+A unit's ``seconds`` are read less its pause in ``pauses.json`` (:mod:`envace.experiment.pauses`).
 
 Per-task values are keyed ``"<split>/<task_id>"`` (tasks of two splits never merge) and list one
 value per seed, in seed order, so the bootstrap sees the same input however the files were written.
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from envace.experiment.pauses import Pause, less_pause, read_pauses
 
 WARM = "warm_start"
 
@@ -108,6 +111,7 @@ class Results:
     runs: list[Run]
     evals: list[Eval]
     codes: dict[str, int] = field(default_factory=dict)  #: :func:`code_label` -> units that ran that code
+    pauses: dict[str, Pause] = field(default_factory=dict)  #: unit key -> seconds left out of its own, and why
 
 
 class _Fields:
@@ -278,18 +282,6 @@ def _identity(record: WarmStart | Run | Eval) -> str:
     return f"the evaluation of policy {record.policy!r}" + (f" under drift {record.drift!r}" * (record.drift != "none"))
 
 
-def load_unit(file: Path) -> WarmStart | Run | Eval:
-    """One unit result file as its typed record.
-
-    Args:
-        file: a ``units/*.json`` file.
-
-    Raises:
-        ValueError: naming the file and the field, when the file does not follow the schema.
-    """
-    return _unit(file)[1]
-
-
 def load_results(folder: str | Path) -> Results:
     """Read ``experiment.json`` and every ``units/*.json`` of an experiment folder.
 
@@ -306,8 +298,10 @@ def load_results(folder: str | Path) -> Results:
     evals: list[Eval] = []
     seen: dict[str, Path] = {}
     codes: Counter[str] = Counter()
+    pauses = read_pauses(folder)
     for file in sorted((folder / "units").glob("*.json")):
         unit, record = _unit(file)
+        record = replace(record, seconds=less_pause(unit, record.seconds, pauses, file))
         codes[code_label(_read_json(file).get("code"))] += 1
         for key in (unit, _identity(record)):
             if key in seen:
@@ -321,7 +315,7 @@ def load_results(folder: str | Path) -> Results:
             evals.append(record)
     runs.sort(key=lambda r: (r.arm, r.seed))
     evals.sort(key=lambda e: (e.arm, -1 if e.seed is None else e.seed, e.policy))
-    return Results(experiment, warm[0] if warm else None, runs, evals, dict(codes))
+    return Results(experiment, warm[0] if warm else None, runs, evals, dict(codes), pauses)
 
 
 def code_label(code: Any) -> str:
