@@ -94,6 +94,8 @@ def _run(arm: str, seed: int, env_calls: int) -> dict:
         "val/committed/official_success/bfcl": [[0, 0.3], [10, RATES[arm]]],
         "val/imagined/fidelity_gold/value_f1": [[0, 0.6], [10, FIDELITY[arm] + 0.01 * seed]],
         "val/committed/format_ok": [[0, 1.0]],
+        "val/imagined/fidelity_gold/value_f1/tool/ls": [[0, 0.5]],  # per tool: not a panel
+        "val/committed/official_success/all": [[0, 0.3]],
     }
     cost = {
         "act_tokens": 1000 + seed,

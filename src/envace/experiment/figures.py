@@ -14,7 +14,13 @@ from typing import Any
 from envace.experiment.hypotheses import NONE, Boot, Interval, success
 from envace.experiment.results import Results, fidelity_values, item_values
 
-CURVE_PREFIXES = ("val/committed/official_success", "val/imagined/fidelity_gold/value_f1")
+#: the curves figure's tags: the validation headline, turn score and gold-call fidelity over all tools
+#: (a fit also logs each per benchmark ``/all`` and per tool ``/tool/<name>``: too many panels to read)
+CURVE_TAGS = (
+    "val/committed/official_success/bfcl",
+    "val/committed/turn_score/bfcl",
+    "val/imagined/fidelity_gold/value_f1",
+)
 FIGURES = {
     "success.png": "Official success per policy (setting none), mean over tasks with 95% cluster bootstrap interval",
     "curves.png": "Validation curves during RL: mean over seeds per arm vs step",
@@ -57,7 +63,7 @@ def _success(results: Results, boot: Boot, ax: Any) -> None:
 
 def curve_tags(results: Results) -> list[str]:
     """The curve tags of the run files that the curves figure shows, sorted."""
-    return sorted({t for r in results.runs for t in r.curves if t.startswith(CURVE_PREFIXES)})
+    return sorted({t for r in results.runs for t in r.curves if t in CURVE_TAGS})
 
 
 def mean_curve(results: Results, arm: str, tag: str) -> list[tuple[int, float]]:
