@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from envace.experiment.fields import Fields, read_json
 from envace.experiment.hypotheses import Boot, format_interval
-from envace.experiment.results import WARM, Results, _Fields, _read_json, fidelity_values, item_values, load_results
+from envace.experiment.results import WARM, Results, fidelity_values, item_values, load_results
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, verdict
 
@@ -39,14 +40,14 @@ class DriftGrid:
 
 def is_drift_experiment(folder: str | Path) -> bool:
     """Whether ``folder``'s ``experiment.json`` has a drift axis or evaluates another experiment's policies."""
-    meta = _read_json(Path(folder) / "experiment.json")
+    meta = read_json(Path(folder) / "experiment.json")
     return isinstance(meta, dict) and bool(meta.get("drift") or meta.get("policies_from"))
 
 
 def load_grid(folder: str | Path) -> DriftGrid:
     """The drift fields of ``experiment.json``, read strictly (a wrong type names the file and field)."""
     file = Path(folder) / "experiment.json"
-    f = _Fields(_read_json(file), file)
+    f = Fields(read_json(file), file)
     drifts = f.array("drift", lambda v: isinstance(v, str), "a string") if "drift" in f.obj else [NONE]
     source = None
     if f.obj.get("policies_from") is not None:

@@ -14,10 +14,10 @@ subtracted. A missing file means no pauses.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from envace.experiment.fields import Fields, is_number, read_json
 
 PAUSES_FILE = "pauses.json"
 
@@ -40,20 +40,12 @@ def read_pauses(folder: str | Path) -> dict[str, Pause]:
     file = Path(folder) / PAUSES_FILE
     if not file.exists():
         return {}
-    try:
-        obj: Any = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from err
-    if not isinstance(obj, dict):
-        raise ValueError(f"{file}: top level must be a JSON object of unit keys")
+    f = Fields(read_json(file), file)
     pauses = {}
-    for unit, entry in obj.items():
-        seconds = entry.get("seconds") if isinstance(entry, dict) else None
-        why = entry.get("why") if isinstance(entry, dict) else None
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
-            raise ValueError(f"{file}: field '{unit}.seconds' must be a number >= 0, got {seconds!r}")
-        if not isinstance(why, str) or not why.strip():
-            raise ValueError(f"{file}: field '{unit}.why' must be a non-empty string")
+    for unit in f.obj:
+        entry = f.sub(unit)
+        seconds = entry.get("seconds", lambda v: is_number(v) and v >= 0, "a number >= 0")
+        why = entry.get("why", lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")
         pauses[unit] = Pause(float(seconds), why.strip())
     return pauses
 

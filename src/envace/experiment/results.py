@@ -12,13 +12,13 @@ value per seed, in seed order, so the bootstrap sees the same input however the 
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from envace.experiment.fields import Fields, is_int, is_number, read_json
 from envace.experiment.pauses import Pause, less_pause, read_pauses
 
 WARM = "warm_start"
@@ -114,76 +114,14 @@ class Results:
     pauses: dict[str, Pause] = field(default_factory=dict)  #: unit key -> seconds left out of its own, and why
 
 
-class _Fields:
-    """Typed access to the fields of one JSON object; errors name the file and the dotted field."""
-
-    def __init__(self, obj: Any, file: Path, prefix: str = "") -> None:
-        if not isinstance(obj, dict):
-            raise ValueError(f"{file}: {prefix.rstrip('.') or 'top level'} must be a JSON object")
-        self.obj, self.file, self.prefix = obj, file, prefix
-
-    def error(self, key: str, what: str) -> ValueError:
-        return ValueError(f"{self.file}: field '{self.prefix}{key}' {what}")
-
-    def get(self, key: str, check: Callable[[Any], bool], what: str, optional: bool = False) -> Any:
-        if key not in self.obj:
-            raise self.error(key, "is missing")
-        value = self.obj[key]
-        if (value is None and optional) or check(value):
-            return value
-        raise self.error(key, f"must be {what}{' or null' if optional else ''}, got {type(value).__name__}")
-
-    def text(self, key: str) -> str:
-        return str(self.get(key, lambda v: isinstance(v, str), "a string"))
-
-    def integer(self, key: str, optional: bool = False) -> Any:
-        return self.get(key, _is_int, "an integer", optional)
-
-    def number(self, key: str, optional: bool = False) -> float | None:
-        value = self.get(key, _is_number, "a number", optional)
-        return None if value is None else float(value)
-
-    def maybe_number(self, key: str) -> float | None:
-        """A number or null, ``None`` when the field is absent (fields newer than some files)."""
-        return self.number(key, optional=True) if key in self.obj else None
-
-    def real(self, key: str) -> float:
-        return float(self.get(key, _is_number, "a number"))
-
-    def array(self, key: str, check: Callable[[Any], bool], what: str) -> list[Any]:
-        value = self.get(key, lambda v: isinstance(v, list), "a list")
-        for i, v in enumerate(value):
-            if not check(v):
-                raise self.error(f"{key}[{i}]", f"must be {what}, got {type(v).__name__}")
-        return list(value)
-
-    def sub(self, key: str) -> _Fields:
-        return _Fields(self.get(key, lambda v: isinstance(v, dict), "an object"), self.file, f"{self.prefix}{key}.")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from err
-
-
-def _experiment(f: _Fields) -> Experiment:
+def _experiment(f: Fields) -> Experiment:
     hypotheses = f.obj.get("hypotheses") or {}
     if not isinstance(hypotheses, dict):
         raise f.error("hypotheses", f"must be an object, got {type(hypotheses).__name__}")
     return Experiment(
         name=f.text("name"),
         arms=f.array("arms", lambda v: isinstance(v, str), "a string"),
-        seeds=f.array("seeds", _is_int, "an integer"),
+        seeds=f.array("seeds", is_int, "an integer"),
         reference_arm=f.text("reference_arm"),
         splits=f.array("splits", lambda v: isinstance(v, str), "a string"),
         settings=f.array("settings", lambda v: isinstance(v, str), "a string"),
@@ -191,14 +129,14 @@ def _experiment(f: _Fields) -> Experiment:
     )
 
 
-def _curves(f: _Fields) -> dict[str, list[tuple[int, float]]]:
+def _curves(f: Fields) -> dict[str, list[tuple[int, float]]]:
     def is_point(p: Any) -> bool:
-        return isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_number(p[1])
+        return isinstance(p, list) and len(p) == 2 and is_int(p[0]) and is_number(p[1])
 
     return {tag: [(p[0], float(p[1])) for p in f.array(tag, is_point, "a [step, value] pair")] for tag in sorted(f.obj)}
 
 
-def _run(f: _Fields) -> Run:
+def _run(f: Fields) -> Run:
     cost = f.sub("cost")
     keys = ("act_tokens", "rehearse_tokens", "env_calls", "generated_tokens")
     return Run(
@@ -211,7 +149,7 @@ def _run(f: _Fields) -> Run:
     )
 
 
-def _item(f: _Fields) -> Item:
+def _item(f: Fields) -> Item:
     success = f.get("success", lambda v: isinstance(v, bool), "a boolean")
     return Item(
         split=f.text("split"),
@@ -227,7 +165,7 @@ def _item(f: _Fields) -> Item:
     )
 
 
-def _fidelity(f: _Fields) -> Fidelity:
+def _fidelity(f: Fields) -> Fidelity:
     return Fidelity(
         split=f.text("split"),
         task_id=f.text("task_id"),
@@ -239,7 +177,7 @@ def _fidelity(f: _Fields) -> Fidelity:
     )
 
 
-def _eval(f: _Fields) -> Eval:
+def _eval(f: Fields) -> Eval:
     def is_obj(v: Any) -> bool:
         return isinstance(v, dict)
 
@@ -255,14 +193,14 @@ def _eval(f: _Fields) -> Eval:
         arm=arm,
         seed=f.integer("seed", optional=True),
         seconds=f.real("seconds"),
-        items=[_item(_Fields(o, f.file, f"items[{i}].")) for i, o in enumerate(items)],
-        fidelity=[_fidelity(_Fields(o, f.file, f"fidelity[{i}].")) for i, o in enumerate(fidelity)],
+        items=[_item(Fields(o, f.file, f"items[{i}].")) for i, o in enumerate(items)],
+        fidelity=[_fidelity(Fields(o, f.file, f"fidelity[{i}].")) for i, o in enumerate(fidelity)],
         drift=f.text("drift") if "drift" in f.obj else "none",
     )
 
 
 def _unit(file: Path) -> tuple[str, WarmStart | Run | Eval]:
-    f = _Fields(_read_json(file), file)
+    f = Fields(read_json(file), file)
     unit, kind = f.text("unit"), f.text("kind")
     if kind == WARM:
         return unit, WarmStart(seconds=f.real("seconds"), steps=f.integer("steps"), fingerprint=f.text("fingerprint"))
@@ -292,7 +230,7 @@ def load_results(folder: str | Path) -> Results:
         ValueError: a malformed file (named, with its field), two files of one unit, or two warm starts.
     """
     folder = Path(folder)
-    experiment = _experiment(_Fields(_read_json(folder / "experiment.json"), folder / "experiment.json"))
+    experiment = _experiment(Fields(read_json(folder / "experiment.json"), folder / "experiment.json"))
     warm: list[WarmStart] = []
     runs: list[Run] = []
     evals: list[Eval] = []
@@ -302,7 +240,7 @@ def load_results(folder: str | Path) -> Results:
     for file in sorted((folder / "units").glob("*.json")):
         unit, record = _unit(file)
         record = replace(record, seconds=less_pause(unit, record.seconds, pauses, file))
-        codes[code_label(_read_json(file).get("code"))] += 1
+        codes[code_label(read_json(file).get("code"))] += 1
         for key in (unit, _identity(record)):
             if key in seen:
                 raise ValueError(f"{file}: field 'unit' {unit!r}: {key} was already read from {seen[key].name}")
