@@ -25,6 +25,7 @@ from envace.experiment.stats import CONTRADICTED, SUPPORTED, verdict
 
 NONE = "none"
 REPORT_FILE = "report.md"
+METRICS = ("success", "imagined_key_f1")  # the mitigation's gains
 Values = dict[str, list[float]]
 
 
@@ -78,11 +79,22 @@ def _policies(arms: list[str]) -> list[tuple[str, str]]:
     return [("warm start", WARM)] + [(arm, arm) for arm in arms]
 
 
-def _pooled(results: Results, arms: list[str], drifts: list[str], metric: str, setting: str) -> Values:
-    """Per-task values over several policies and drifts, each task keyed by its policy and drift too."""
+def _pooled_gain(results: Results, arms: list[str], drifts: list[str], metric: str, mitigated: str, base: str,
+                 boot: Boot) -> tuple[float, float, float, int, int] | None:  # fmt: skip
+    """``mitigated − base`` over several policies and drifts, clustered by task: a task's (policy, drift)
+    cells are one unit of the bootstrap (the same task under eleven drifts is nearly one episode eleven
+    times, not eleven samples). Each cell is the paired difference of its seed means; the result is
+    ``(mean over tasks of the mean over its cells, lo, hi, tasks, cells)``, ``None`` without a paired cell."""
     splits = results.experiment.splits
-    return {f"{arm}|{d}|{k}": v for arm in arms for d in drifts
-            for k, v in item_values(results, arm, metric, splits, setting, d).items()}  # fmt: skip
+    cells: Values = {}
+    for arm in arms:
+        for d in drifts:
+            a = item_values(results, arm, metric, splits, mitigated, d)
+            b = item_values(results, arm, metric, splits, base, d)
+            for k in sorted(set(a) & set(b)):
+                cells.setdefault(k, []).append(sum(a[k]) / len(a[k]) - sum(b[k]) / len(b[k]))
+    interval = boot.mean(cells)
+    return None if interval is None else (*interval, len(cells), sum(map(len, cells.values())))
 
 
 def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[str]:
@@ -178,31 +190,32 @@ def _mitigation_section(results: Results, grid: DriftGrid, boot: Boot) -> list[s
         for label, arms, drifts, name in groups:
             if not drifts or not set(drifts) <= set(grid.drifts):
                 continue
-            gains = [boot.diff(_pooled(results, arms, drifts, m, mitigated), _pooled(results, arms, drifts, m, base))
-                     for m in ("success", "imagined_key_f1")]  # fmt: skip
-            rows.append([label, *name, f"{mitigated} − {base}", *map(format_interval, gains)])
-        overall = boot.diff(_pooled(results, everyone, drifted, "success", mitigated),
-                            _pooled(results, everyone, drifted, "success", base))  # fmt: skip
+            gains = [_pooled_gain(results, arms, drifts, m, mitigated, base, boot) for m in METRICS]
+            rows.append([label, *name, f"{mitigated} − {base}", *(format_interval(g and g[:3]) for g in gains)])
+        overall = _pooled_gain(results, everyone, drifted, "success", mitigated, base, boot)
         verdicts.append(f"- **{mitigated} against {base}**, under drift, every policy: {_keep(overall)}.")
     header = ["policy", "drift", "mode", "settings", "success gain", "imagined key_f1 gain"]
     return [*title,
             "The mitigation (`ImaginationConfig.reimagine`): once an act step's calls are answered, if a real response "
             "has a shape the latest imagined attempts did not rehearse for its tool (other keys, an error, another "
             "type), the rest of the turn is imagined again from the committed context, which now holds the real "
-            "responses. Gain = mitigated − not, paired by task (pooled rows: by policy, drift and task). The verdict "
-            "rests on the pooled success gain under drift: kept only if its interval lies above 0.", "",
+            "responses. Gain = mitigated − not, paired by (policy, drift, task); the interval resamples tasks, then "
+            "the (policy, drift) cells of each (a task's cells are one cluster: the same task under every drift is "
+            "nearly the same episode again). The verdict rests on the pooled success gain under drift: kept only if "
+            "its interval lies above 0.", "",
             *_table(header, rows), "", *verdicts, ""]  # fmt: skip
 
 
-def _keep(diff: tuple[float, float, float, int] | None) -> str:
-    """The verdict on the mitigation from its pooled success gain."""
-    if diff is None:
+def _keep(gain: tuple[float, float, float, int, int] | None) -> str:
+    """The verdict on the mitigation from its pooled success gain (:func:`_pooled_gain`)."""
+    if gain is None:
         return "not measured (no shared items)"
-    v = verdict(diff[1], diff[2], ">")
+    v = verdict(gain[1], gain[2], ">")
     what = {SUPPORTED: "it helps: keep it", CONTRADICTED: "it hurts: drop it"}.get(
         v, "no effect detected at this scale: not kept (it costs imagination)"
     )
-    return f"gain {format_interval(diff)} over {diff[3]} paired (policy, drift, task) cells, {what}"
+    cells = f"{gain[4]} paired (policy, drift, task) cells"
+    return f"gain {format_interval(gain[:3])} over {gain[3]} tasks ({cells}), {what}"
 
 
 def _unseen_section(grid: DriftGrid, source: Results | None, boot: Boot) -> list[str]:
