@@ -109,7 +109,10 @@ def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[s
             ["trained by", origin], ["drifts", ", ".join(grid.drifts)], ["settings", ", ".join(exp.settings)],
             ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
             ["units read", str(len(results.evals))], ["units missing", ", ".join(missing) or "none"],
-            ["compute (sum of unit seconds)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"]]  # fmt: skip
+            ["code (git commit: units)", ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"],
+            ["compute (sum of unit seconds, less pauses)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"],
+            ["pauses (pauses.json)", "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})"
+                                               for u, p in sorted(results.pauses.items())) or "none"]]  # fmt: skip
     if source is not None:
         rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])
     return [f"# Drift experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
