@@ -165,6 +165,8 @@ def test_the_drift_report_from_files_whose_truth_the_test_sets(tmp_path: Path) -
     assert _mean(_cell(report, "| test: all", "envace")) == 0.75
     assert _mean(_cell(report, "| val: training classes", "envace")) == 0.5
     assert "| units missing | none |" in report
+    # mean success without drift: (6 + 6 + 6) / 30 = 0.6; n = 10 val tasks, k = 2 seeds
+    assert "| 0.434 at p = 0.600 (mean success without drift), 0.443 at p = 0.500; n = 10 tasks, k = 2" in report
     # val t0, t1 in both grids: t0 wins in both, t1 only here (the source's val wins 1), for each of 3 evaluations
     assert "| no drift, setting none: verdicts equal to the trained grid's | 3 of 6 items |" in report
 

@@ -21,7 +21,7 @@ from envace.experiment.fields import Fields, read_json
 from envace.experiment.hypotheses import Boot, format_interval
 from envace.experiment.results import WARM, Results, fidelity_values, item_values, load_results
 from envace.experiment.results import task_counts as counts_of
-from envace.experiment.stats import CONTRADICTED, SUPPORTED, verdict
+from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
 
 NONE = "none"
 REPORT_FILE = "report.md"
@@ -113,9 +113,25 @@ def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[s
             ["compute (sum of unit seconds, less pauses)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"],
             ["pauses (pauses.json)", "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})"
                                                for u, p in sorted(results.pauses.items())) or "none"]]  # fmt: skip
+    rows.append(["minimum detectable difference (success, one policy, a drift against none)", _mdd(results)])
     if source is not None:
         rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])
     return [f"# Drift experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
+
+
+def _mdd(results: Results) -> str:
+    """The smallest change of one policy's success a drift could be seen to cause, stated before the results:
+    :func:`minimum_detectable_difference` at the policies' mean success without drift (setting ``none``)
+    and at 0.5, with this grid's tasks and seeds."""
+    exp = results.experiment
+    base = [v for arm in [WARM, *exp.arms] for vs in item_values(results, arm, "success", exp.splits).values()
+            for v in vs]  # fmt: skip
+    n = sum(counts_of(results).get(s, 0) for s in exp.splits)
+    if not base or n == 0:
+        return "—"
+    p = sum(base) / len(base)
+    at = [f"{minimum_detectable_difference(q, n, len(exp.seeds)):.3f} at p = {q:.3f}" for q in (p, 0.5)]
+    return f"{at[0]} (mean success without drift), {at[1]}; n = {n} tasks, k = {len(exp.seeds)} seed(s)"
 
 
 def _agreement(results: Results, source: Results) -> str:
