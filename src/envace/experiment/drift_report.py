@@ -19,7 +19,7 @@ from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
 from envace.experiment.hypotheses import Boot, format_interval
-from envace.experiment.results import WARM, Results, fidelity_values, item_values, load_results
+from envace.experiment.results import WARM, Results, code_cell, fidelity_values, item_values, load_results, pauses_cell
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
 
@@ -109,10 +109,9 @@ def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[s
             ["trained by", origin], ["drifts", ", ".join(grid.drifts)], ["settings", ", ".join(exp.settings)],
             ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
             ["units read", str(len(results.evals))], ["units missing", ", ".join(missing) or "none"],
-            ["code (git commit: units)", ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"],
+            ["code (git commit: units)", code_cell(results)],
             ["compute (sum of unit seconds, less pauses)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"],
-            ["pauses (pauses.json)", "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})"
-                                               for u, p in sorted(results.pauses.items())) or "none"]]  # fmt: skip
+            ["pauses (pauses.json)", pauses_cell(results)]]  # fmt: skip
     rows.append(["minimum detectable difference (success, one policy, a drift against none)", _mdd(results)])
     if source is not None:
         rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])

@@ -15,7 +15,17 @@ from pathlib import Path
 
 from envace.experiment.figures import FIGURES, write_figures
 from envace.experiment.hypotheses import NONE, Boot, best_gain, fmt, format_interval, judge, success
-from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, load_results, task_counts
+from envace.experiment.results import (
+    WARM,
+    Results,
+    code_cell,
+    evals_of,
+    fidelity_values,
+    item_values,
+    load_results,
+    pauses_cell,
+    task_counts,
+)
 from envace.experiment.stats import minimum_detectable_difference
 
 __all__ = ["load_results", "main_table", "policies", "render_report", "write_report"]
@@ -69,13 +79,9 @@ def _header(results: Results) -> list[str]:
         ],  # fmt: skip
         ["units missing", ", ".join(_missing_units(results)) or "none"],
         ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
-        ["code (git commit: units)", ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"],
+        ["code (git commit: units)", code_cell(results)],
         ["compute (sum of unit seconds, less pauses)", _seconds(warm_s + run_s + eval_s)],
-        [
-            "pauses (pauses.json)",
-            "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items()))
-            or "none",
-        ],  # fmt: skip
+        ["pauses (pauses.json)", pauses_cell(results)],
         ["… warm start / runs / evaluations", f"{_seconds(warm_s)} / {_seconds(run_s)} / {_seconds(eval_s)}"],
     ]
     return [f"# Experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]

@@ -330,3 +330,13 @@ def task_counts(results: Results) -> dict[str, int]:
         for it in e.items:
             tasks.setdefault(it.split, set()).add(it.task_id)
     return {s: len(ts) for s, ts in tasks.items()}
+
+
+def code_cell(results: Results) -> str:
+    """The report's code row: each git commit the units ran and how many ran it."""
+    return ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"
+
+
+def pauses_cell(results: Results) -> str:
+    """The report's pauses row: every entry of ``pauses.json`` with the seconds left out and why."""
+    return "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items())) or "none"
