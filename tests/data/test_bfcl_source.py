@@ -127,16 +127,18 @@ def test_multi_turn_counts_and_class_split(multi_turn):
     assert {c: sum(t.category == c for t in multi_turn) for c in MULTI_TURN_CATEGORIES} == dict.fromkeys(
         MULTI_TURN_CATEGORIES, 200
     )
-    train, val, test = load_multi_turn("train"), load_multi_turn("val"), load_multi_turn("test")
-    # 89 training-class scenarios x 4 categories = 356 tasks, 13 of those scenarios held out as val
-    assert (len(train), len(val), len(test)) == (356 - 52, 52, 444)
-    assert {t.id for t in train} | {t.id for t in val} | {t.id for t in test} == {t.id for t in multi_turn}
-    assert all(set(t.env["involved_classes"]) <= TRAIN_CLASSES for t in train + val)
+    parts = [load_multi_turn(s) for s in ("train", "tune", "val", "test")]
+    train, tune, val, test = parts
+    # 89 training-class scenarios x 4 categories = 356 tasks: 13 of those scenarios held out as val,
+    # 10 kept from training as tune (the recipe is chosen there)
+    assert [len(p) for p in parts] == [356 - 52 - 40, 40, 52, 444]
+    assert set().union(*({t.id for t in p} for p in parts)) == {t.id for t in multi_turn}
+    assert all(set(t.env["involved_classes"]) <= TRAIN_CLASSES for t in train + tune + val)
     assert all(set(t.env["involved_classes"]) - TRAIN_CLASSES for t in test)
     # a scenario (same index in the four categories) never straddles the split
     index = lambda t: t.id.rsplit("_", 1)[1]  # noqa: E731
-    ids = [{index(t) for t in part} for part in (train, val, test)]
-    assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
+    ids = [{index(t) for t in part} for part in parts]
+    assert all(not a & b for i, a in enumerate(ids) for b in ids[i + 1 :])
     # val holds unseen requests on every training class
     assert {c for t in val for c in t.env["involved_classes"]} == TRAIN_CLASSES
 

@@ -102,6 +102,21 @@ def test_same_seed_same_batches_other_seed_other_order(tokenizer, dm: EnvACEData
     assert ids(list(loader)) != ids(first)  # a new epoch, a new order
 
 
+def test_the_data_order_follows_seed_everything_unless_a_seed_is_given(tokenizer, dm, monkeypatch) -> None:
+    """Runs of different ``seed_everything`` see their data in different orders (else a supervised
+    control's seeds are one run, as in bfcl_cpu); an explicit ``data.seed`` still wins."""
+    from lightning.pytorch import seed_everything
+
+    kw = {"max_user_turns": 2, "tasks_per_step": 3, "sft_batch_size": 2, "limit": 20}
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    unset = ids(list(dm.train_dataloader()))
+    seed_everything(0)
+    assert ids(list(dm.train_dataloader())) == unset
+    seed_everything(1)
+    assert ids(list(dm.train_dataloader())) != unset
+    assert ids(list(make(tokenizer, **kw, seed=0).train_dataloader())) == unset
+
+
 def test_sft_batches_carry_act_and_rehearse_tokens(dm: EnvACEDataModule, tokenizer) -> None:
     batch = next(iter(dm.train_dataloader()))
     sft = batch.sft

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -225,7 +226,9 @@ class EnvACEDataModule(pl.LightningDataModule):
             validation set in source order, so that a few tasks still cover its categories and
             API classes rather than the first scenario family.
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
-        seed: seed of the per-epoch order of tasks and grounded episodes.
+        seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the
+            run's ``seed_everything``, so that runs of different seeds see their data in different
+            orders (a supervised control's seeds are otherwise one run).
         num_workers: DataLoader worker processes.
     """
 
@@ -245,7 +248,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         max_sft_tokens: int | None = None,
         val_tasks: int | None = None,
         limit: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         num_workers: int = 0,
     ):
         super().__init__()
@@ -361,6 +364,11 @@ class EnvACEDataModule(pl.LightningDataModule):
 
     # -- loaders -------------------------------------------------------------------------------
     @property
+    def order_seed(self) -> int:
+        """The seed of the data order: ``seed``, else the run's ``seed_everything`` (0 when unset)."""
+        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    @property
     def pad_id(self) -> int:
         return int(self.encoder.tokenizer.pad_token_id)
 
@@ -369,7 +377,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         if not self.train_set:
             raise ValueError("no training tasks: check the sources, max_prompt_tokens and limit (stats())")
         steps = StepSampler(
-            len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.seed
+            len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.order_seed
         )
         dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
         if self.trainer is not None and self.trainer.world_size > 1:

@@ -46,10 +46,12 @@ MULTI_TURN_CATEGORIES = (
 # classes are here: 89 of the 200 scenarios (x 4 categories = 356 tasks, 44.5 %). GorillaFileSystem,
 # TicketAPI and TravelAPI are never seen in training ("test"). Of the training-class scenarios, those
 # whose index is VAL_RESIDUE modulo VAL_MODULUS (13 scenarios, 52 tasks, seven class sets) are held
-# out as "val": unseen requests on the tools training shows (docs/data.md).
+# out as "val": unseen requests on the tools training shows (docs/data.md). Those whose index is
+# TUNE_RESIDUE modulo VAL_MODULUS are carved from training as "tune": the split on which a training
+# recipe is chosen, so that no recipe is ever chosen by a held-out figure (docs/training.md).
 TRAIN_CLASSES = frozenset({"MathAPI", "MessageAPI", "TradingBot", "TwitterAPI", "VehicleControlAPI"})
-VAL_MODULUS, VAL_RESIDUE = 8, 3
-SPLITS = ("train", "val", "test", "all")
+VAL_MODULUS, VAL_RESIDUE, TUNE_RESIDUE = 8, 3, 7
+SPLITS = ("train", "tune", "val", "test", "all")
 # What bfcl-eval's FC inference says at a ``missed_function`` turn (its question is empty).
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
 
@@ -252,16 +254,17 @@ def in_train_split(involved_classes: list[str]) -> bool:
 def split_of(task_id: str, involved_classes: list[str]) -> str:
     """The split of a multi-turn task: ``test`` when it involves a held-out class, else ``val`` for
     one training-class scenario in :data:`VAL_MODULUS` (by the scenario index that ends the id,
-    shared by the four categories), else ``train``.
+    shared by the four categories), ``tune`` for another one in :data:`VAL_MODULUS`, else ``train``.
 
-    >>> split_of("multi_turn_base_3", ["TradingBot"]), split_of("multi_turn_base_4", ["TradingBot"])
-    ('val', 'train')
+    >>> [split_of(f"multi_turn_base_{i}", ["TradingBot"]) for i in (3, 4, 7)]
+    ['val', 'train', 'tune']
     >>> split_of("multi_turn_miss_func_3", ["GorillaFileSystem"])
     'test'
     """
     if not in_train_split(involved_classes):
         return "test"
-    return "val" if int(task_id.rsplit("_", 1)[1]) % VAL_MODULUS == VAL_RESIDUE else "train"
+    residue = int(task_id.rsplit("_", 1)[1]) % VAL_MODULUS
+    return {VAL_RESIDUE: "val", TUNE_RESIDUE: "tune"}.get(residue, "train")
 
 
 def _class_docs(root: Path, class_name: str, cache: dict[str, list[ToolSchema]]) -> list[ToolSchema]:
@@ -360,8 +363,9 @@ def load_multi_turn(split: str = "all", path: str | None = None, categories: lis
     """Load BFCL-v4 multi-turn tasks (base, miss_func, miss_param, long_context; 800 in all).
 
     Args:
-        split: ``train`` (all involved classes in :data:`TRAIN_CLASSES`, less the ``val``
-            scenarios), ``val`` (held-out scenarios of those classes), ``test`` (the rest: a
+        split: ``train`` (all involved classes in :data:`TRAIN_CLASSES`, less the ``val`` and
+            ``tune`` scenarios), ``val`` (held-out scenarios of those classes), ``tune`` (scenarios
+            of those classes kept from training to choose a recipe on), ``test`` (the rest: a
             held-out class is involved) or ``all`` (the full official set); see :func:`split_of`.
         path: a folder laid out like bfcl-eval's ``data/``; default: the installed wheel's.
         categories: a subset of :data:`MULTI_TURN_CATEGORIES`; default: all four.
