@@ -73,6 +73,7 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
         assert envace["steps"] == real["steps"] == 2
         assert envace["cost"]["env_calls"] == 0  # self-rehearsal: no environment during RL
         assert any(t.startswith("val/committed/") for t in envace["curves"])
+        assert len(envace["curves"]["train/reward/all"]) == 2  # one a step: why a run moved, kept
     ev = json.loads((done / "eval-envace-s0.json").read_text())
     assert {i["split"] for i in ev["items"]} == {"val", "test"}
     assert {i["setting"] for i in ev["items"]} == {"none", "parallel@2"}

@@ -163,7 +163,9 @@ def event_scalars(folder: Path) -> dict[str, list[list[float]]]:
 
 
 def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
-    """A finished fit's result file: its seconds, steps, cost (``cost/*`` summed) and ``val/*`` curves."""
+    """A finished fit's result file: its seconds, steps, cost (``cost/*`` summed), and its ``val/*``
+    and ``train/*`` curves (the training scalars explain a run's validation curves: reward, groups
+    with reward variance, KL to the warm start, clip fraction, format errors, ...)."""
     last = last_checkpoint(cfg, unit.key)
     if not last.is_file():
         raise RuntimeError(f"{unit.key}: the fit left no checkpoint at {last}")
@@ -179,7 +181,7 @@ def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
         k: int(sum(v for _, v in scalars.get(f"cost/{k}", []))) for k in ("act_tokens", "rehearse_tokens", "env_calls")
     }
     cost["generated_tokens"] = cost["act_tokens"] + cost["rehearse_tokens"]
-    curves = {t: v for t, v in scalars.items() if t.startswith(("val/committed/", "val/imagined/"))}
+    curves = {t: v for t, v in scalars.items() if t.startswith(("val/committed/", "val/imagined/", "train/"))}
     return {**base, "arm": unit.arm, "seed": unit.seed, "cost": cost, "curves": curves}
 
 
