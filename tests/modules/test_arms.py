@@ -205,3 +205,26 @@ def test_a_resumed_simulator_run_keeps_the_frozen_snapshot(tmp_path, monkeypatch
     for n in sim:
         assert torch.equal(resumed.get_parameter(n), module.get_parameter(n)), n
     assert probe.episodes and all(set(ep.writers) == {"simulator"} for ep in called(rl_episodes(probe)))
+
+
+def test_the_kl_reference_is_the_frozen_warm_start_not_the_base(tmp_path, monkeypatch) -> None:
+    """The reference of the KL term (and of the ``train/rl/kl`` curve) is the policy as RL begins, a
+    frozen copy of its adapters over the shared base, kept in the checkpoint; the base model (adapters
+    disabled) writes no call at 135M, so a KL to it would pull the policy away from tool use."""
+    module, probe = fit_arm(tmp_path, "envace", monkeypatch)
+    ref, policy = names(module, "reference."), names(module, "policy.")
+    assert ref and probe.optimized == policy  # frozen: not in the optimizer
+    warm, end = probe.at["warm"], probe.at["end"]
+    for n in ref:
+        assert torch.equal(end[n], warm[n.replace("reference.", "policy.", 1)]), n
+    assert any(not torch.equal(warm[n], end[n]) for n in policy)
+    tokens = collate_episodes([e.tensors() for e in called(rl_episodes(probe))], module.engine.pad_id)
+    with module.policy.disable_adapter():
+        base = module._logprobs(tokens)
+    mask = tokens.loss_mask.bool()
+    assert not torch.allclose(module.reference_logprobs(tokens)[mask], base[mask])
+    ckpt = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
+    assert {k for k in ckpt["state_dict"] if k.startswith("reference.")} == ref and ckpt["envace"]["reference_ready"]
+    (tmp_path / "base").mkdir()
+    based, _ = fit_arm(tmp_path / "base", "envace", monkeypatch, "--model.init_args.kl_reference", "base")
+    assert based.reference is None

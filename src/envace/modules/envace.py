@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -40,6 +40,11 @@ class EnvACEModule(PolicyModule):
         warm_start_steps: grounded supervised steps before RL, in the same ``fit`` (docs/design.md §3.9).
         warm_start_only: every step is a warm-start step: no training rollout at all.
         rl_lr_scale: learning-rate multiplier once RL starts (warm start runs at ``optim.lr``).
+        kl_reference: the reference of the KL term and of the ``train/rl/kl`` curve: ``warm_start``
+            (default; a frozen copy of the policy's adapters as RL begins, sharing its frozen base)
+            or ``base`` (the adapters disabled: the base model, which at 135M writes no call at all,
+            so a KL to it pulls the policy away from tool use). ``warm_start`` is kept and its KL
+            logged even when the loss's ``kl_coef`` is 0: how far RL has moved the policy.
         **kwargs: see :class:`~envace.modules.base.PolicyModule`.
     """
 
@@ -52,6 +57,7 @@ class EnvACEModule(PolicyModule):
         warm_start_steps: int = 0,
         warm_start_only: bool = False,
         rl_lr_scale: float = 1.0,
+        kl_reference: Literal["warm_start", "base"] = "warm_start",
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -67,6 +73,11 @@ class EnvACEModule(PolicyModule):
         self.warm_start_steps = warm_start_steps
         self.warm_start_only = warm_start_only
         self.rl_lr_scale = rl_lr_scale
+        if kl_reference not in ("warm_start", "base"):
+            raise ValueError(f"kl_reference must be 'warm_start' or 'base', got {kl_reference!r}")
+        self.kl_reference = kl_reference
+        self.reference: Any = None  # the frozen warm-start copy (configure_model)
+        self._reference_ready = False
 
     def lr_factor(self, step: int) -> float:
         return super().lr_factor(step) * (1.0 if self.warm_start_at(step) else self.rl_lr_scale)
@@ -87,12 +98,24 @@ class EnvACEModule(PolicyModule):
         """The policy, then the simulator beside it (a submodule: on the module's device, in checkpoints)."""
         built = self.policy is not None
         super().configure_model()
+        if built:
+            return
+        if self.keeps_reference:
+            frozen = SimulatorSpec(source="warm_start", trainable=False)
+            self.reference = build_simulator(frozen, self.policy, self.policy_spec, share_base=self.device_mesh is None)
+            if self.device_mesh is not None:
+                self._shard(self.reference, self.device_mesh)
         spec = self.simulator_spec
-        if built or spec is None:
+        if spec is None:
             return
         self.simulator = build_simulator(spec, self.policy, self.policy_spec, share_base=self.device_mesh is None)
         if self.device_mesh is not None:
             self._shard(self.simulator, self.device_mesh)
+
+    @property
+    def keeps_reference(self) -> bool:
+        """Whether a frozen warm-start copy is kept: RL with LoRA and ``kl_reference: warm_start``."""
+        return self.kl_reference == "warm_start" and self.policy_spec.lora is not None and not self.warm_start_only
 
     @property
     def simulator_engine(self) -> GenerationEngine:
@@ -138,20 +161,30 @@ class EnvACEModule(PolicyModule):
             self._simulator_ready = True
             for engine in self.engines():
                 engine.reset_cache()
+        if self.reference is not None and not self._reference_ready and not self.warming_up:
+            copy_policy_into(self.policy, self.reference)
+            self._reference_ready = True
 
     def saved_weights(self) -> set[str]:
         kept = super().saved_weights()
         if self.simulator is not None:
             kept |= {f"simulator.{n}" for n in own_parameters(self.policy, self.simulator)}
+        if self.reference is not None:
+            kept |= {f"reference.{n}" for n in own_parameters(self.policy, self.reference)}
         return kept
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["envace"]["simulator_ready"] = self._simulator_ready
+        checkpoint["envace"]["reference_ready"] = self._reference_ready
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        self._simulator_ready = bool((checkpoint.get("envace") or {}).get("simulator_ready", self._simulator_ready))
+        saved = checkpoint.get("envace") or {}
+        self._simulator_ready = bool(saved.get("simulator_ready", self._simulator_ready))
+        self._reference_ready = bool(saved.get("reference_ready", False)) and any(
+            k.startswith("reference.") for k in checkpoint.get("state_dict", {})
+        )
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> TrainStepOutput:
         if self.warming_up:
@@ -175,7 +208,7 @@ class EnvACEModule(PolicyModule):
             loss_mask=tokens.loss_mask,
             rewards=torch.tensor([math.nan if r.score is None else r.score for r in rewards], device=self.device),
             group_ids=torch.tensor([e.group for e in episodes], device=self.device),
-            ref_logprobs=self.reference_logprobs(tokens) if self.loss.kl_coef > 0 else None,
+            ref_logprobs=self.reference_logprobs(tokens) if self.loss.kl_coef > 0 or self.reference is not None else None,
         )
         loss, stats = self.update(tokens, lambda lp: self.loss(inputs._replace(logprobs=lp)), self.loss_temperature)
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
@@ -183,10 +216,14 @@ class EnvACEModule(PolicyModule):
 
     @torch.no_grad()
     def reference_logprobs(self, tokens: Any) -> Tensor:
-        """Log-probs of the reference policy: the same model with LoRA adapters disabled."""
+        """Log-probs of the reference policy (``kl_reference``): the frozen warm-start copy, or the
+        same model with its LoRA adapters disabled (the base)."""
         if self.policy_spec.lora is None:
-            raise ValueError("kl_coef > 0 needs a reference: use LoRA (the base model is the reference)")
+            raise ValueError("kl_coef > 0 needs a reference: use LoRA (its frozen base is shared by the reference)")
+        t = self.loss_temperature  # the same distribution as the policy's log-probs in the loss
+        if self.reference is not None:
+            ref = self.reference
+            return chunked_logprobs(lambda b: selected_logprobs(ref, b, temperature=t), tokens, self._chunk_tokens())
         with self.policy.disable_adapter():
-            t = self.loss_temperature  # the same distribution as the policy's log-probs in the loss
             return chunked_logprobs(lambda b: selected_logprobs(self.policy, b, temperature=t), tokens,
                                     self._chunk_tokens())  # fmt: skip
