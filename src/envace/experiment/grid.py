@@ -127,7 +127,8 @@ class ExperimentConfig:
     Args:
         name: the experiment's name (its folders are named after it).
         base: the fit config every unit runs (``configs/bfcl.yaml``): data, model, limits, sampling.
-        arms: overlays of ``configs/arms/`` (``envace``, ``real_env``, ``simulator``, ``sft_only``, ...).
+        arms: overlays of ``configs/arms/`` (``envace``, ``real_env``, ``simulator``, ``sft_only``, ...),
+            each optionally ``<overlay>+<variant>``: the overlay with a variant's arguments (a recipe search).
         seeds: seeds of every arm's run (``seed_everything``).
         warm_start_steps: grounded supervised steps of the shared warm start.
         rl_steps: optimizer steps of every run after the warm start (``sft_only``: supervised steps).
@@ -139,6 +140,9 @@ class ExperimentConfig:
         policies_from: the config of another experiment whose policies this one evaluates (its warm
             start and the final checkpoints of this config's arms × seeds, in its work folder): this
             grid trains nothing and its ``base`` must be that experiment's.
+        variants: named lists of further ``envace fit`` arguments of the runs, used by arms written
+            ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
+        reference_arm: the arm every other policy is compared with in the report.
     """
 
     name: str
@@ -153,10 +157,17 @@ class ExperimentConfig:
     work: str | None = None
     evaluation: EvalSpec = field(default_factory=EvalSpec)
     policies_from: str | None = None
+    variants: dict[str, list[str]] = field(default_factory=dict)
+    reference_arm: str = "envace"
 
     def __post_init__(self) -> None:
         if not self.arms or not self.seeds:
             raise ValueError("an experiment needs at least one arm and one seed")
+        unknown = [a for a in self.arms if "+" in a and a.split("+", 1)[1] not in self.variants]
+        if unknown:
+            raise ValueError(f"arm {unknown[0]!r} names no variant of {sorted(self.variants)}")
+        if self.reference_arm not in self.arms:
+            raise ValueError(f"reference_arm {self.reference_arm!r} is not one of the arms {self.arms}")
         if len(set(self.arms)) != len(self.arms) or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"arms and seeds must not repeat: {self.arms}, {self.seeds}")
         if self.warm_start_steps < 1 or self.rl_steps < 1:
@@ -170,12 +181,23 @@ class ExperimentConfig:
     def work_dir(self) -> Path:
         return Path(self.work) if self.work else cache_dir() / "experiments" / self.name
 
+    def run_args(self, arm: str) -> tuple[str, list[str]]:
+        """An arm's overlay name and its variant's further ``envace fit`` arguments.
+
+        >>> ExperimentConfig("x", "b.yaml", ["envace", "real_env+slow"], variants={"slow": ["--a", "1"]}).run_args(
+        ...     "real_env+slow")
+        ('real_env', ['--a', '1'])
+        """
+        overlay, _, variant = arm.partition("+")
+        return overlay, list(self.variants[variant]) if variant else []
+
     def metadata(self) -> dict[str, Any]:
         """``experiment.json``: what the report needs to know of the grid."""
         ev = self.evaluation
         settings = ["none"] + [setting_label(*s) for s in ev.settings() if s[1] > 0]
-        meta = {"name": self.name, "arms": list(self.arms), "seeds": list(self.seeds), "reference_arm": "envace",
-                "splits": list(ev.splits), "settings": settings, "config": asdict(self)}  # fmt: skip
+        meta = {"name": self.name, "arms": list(self.arms), "seeds": list(self.seeds),
+                "reference_arm": self.reference_arm, "splits": list(ev.splits), "settings": settings,
+                "config": asdict(self)}  # fmt: skip
         if ev.drift:
             meta["drift"] = [label for label, _ in drift_entries(ev)]
         return meta

@@ -45,10 +45,11 @@ def last_checkpoint(cfg: ExperimentConfig, key: str) -> Path:
 
 def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     """The ``envace fit`` arguments of a ``warm_start`` or ``run`` unit (configs first, then overrides)."""
-    configs = ["--config", cfg.base]
+    configs, variant = ["--config", cfg.base], []
     if unit.kind == "run":
-        configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{unit.arm}.yaml")]
-    out = [*configs, *cfg.fit_args,
+        overlay, variant = cfg.run_args(unit.arm)
+        configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{overlay}.yaml")]
+    out = [*configs, *cfg.fit_args, *variant,
            "--trainer.logger.init_args.save_dir", str(cfg.work_dir),
            "--trainer.logger.init_args.name", unit.key, "--trainer.logger.init_args.version", "fit"]  # fmt: skip
     if unit.kind == "warm_start":
