@@ -34,6 +34,8 @@ from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation
 ENVIRONMENTS: dict[str, str] = {
     "bfcl": "envace.envs.bfcl:BFCLEnvironment",
     "tau2": "envace.envs.tau2:Tau2Environment",
+    "mcp": "envace.envs.mcp:MCPEnvironment",  # a stdio or streamable-HTTP MCP server (docs/own-tools.md)
+    "python": "envace.envs.pytools:PythonToolsEnvironment",  # plain functions or a TRL environment class
 }
 
 DEFAULT_CALL_TIMEOUT_S = 5.0
