@@ -143,3 +143,22 @@ def test_memory_lists_calls_results_outcome_and_errors() -> None:
     assert "Problems: NO_TAG from mv; 1 malformed or invalid call(s); it hit the step limit." in text
     assert "Expected outcome: Nothing to do." in text
     assert max(len(line) for line in text.splitlines() if line.startswith("  1.")) < 120  # clipped
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_the_memory_note_does_not_shrink_the_committed_budget(tokenizer, tasks, mode) -> None:
+    """A limit that lets the plain committed episode finish lets it finish after a note of N = 2 too,
+    and every imagined attempt gets that same budget (bfcl_cpu's evaluation appended the note inside
+    the 1,400-token training limit, so the committed attempt ran out of context before it acted)."""
+    task = tasks[0].first_turns(1)
+    loose = RolloutLimits(max_steps_per_turn=3, max_new_tokens=48)
+    plain = _rollout(Scripted(tokenizer), tokenizer, "none", 0, loose).run([task])[0]
+    limits = RolloutLimits(max_steps_per_turn=3, max_new_tokens=48, max_episode_tokens=len(plain.ids) + 48)
+    plain = _rollout(Scripted(tokenizer), tokenizer, "none", 0, limits).run([task])[0]
+    assert "max_episode_tokens" not in plain.flags and plain.calls
+    ep = _rollout(Scripted(tokenizer), tokenizer, mode, 2, limits).run([task])[0]
+    assert ep.note_tokens == token_counts(ep).memory > 48  # the note is there, and longer than the slack
+    assert "max_episode_tokens" not in ep.flags and len(ep.calls) == len(plain.calls)
+    assert ep.budget_used == len(plain.ids)  # the committed episode spent exactly what it spent alone
+    attempts = [a for r in ep.imagined for a in r.attempts]
+    assert len(attempts) == 2 and all("max_episode_tokens" not in a.flags and a.calls for a in attempts)

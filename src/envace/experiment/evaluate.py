@@ -106,6 +106,8 @@ def _item(split: str, item: Any, reimagine: int = 0) -> dict[str, Any]:
         turn = float(item.success) if turns <= 1 else None  # one user turn: the turn is the task
     return {"split": split, "task_id": item.task_id, "setting": setting_label(item.mode, item.n, reimagine),
             "n": item.n, "mode": item.mode, "success": bool(item.success), "score": item.score, "turn_score": turn,
+            "flags": sorted(item.flags), "imagined_flags": [sorted(a.get("flags") or []) for r in item.imagination
+                                                            for a in r.get("attempts", [])],
             **imagined_fidelity(item.calls, item.imagination)}  # fmt: skip
 
 

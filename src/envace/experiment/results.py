@@ -61,7 +61,9 @@ class Run:
 @dataclass(frozen=True)
 class Item:
     """One evaluated task under one rehearsal setting; ``imagined_*``: the imagination's fidelity to
-    the committed real responses (``None`` without rehearsal, or in files that predate it)."""
+    the committed real responses (``None`` without rehearsal, or in files that predate it);
+    ``flags``: the limits that ended the committed episode, ``imagined_flags`` each imagined
+    attempt's (``None`` in files that predate them)."""
 
     split: str
     task_id: str
@@ -73,6 +75,12 @@ class Item:
     turn_score: float | None
     imagined_value_f1: float | None = None
     imagined_key_f1: float | None = None
+    flags: tuple[str, ...] | None = None
+    imagined_flags: tuple[tuple[str, ...], ...] | None = None
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,10 @@ def _item(f: Fields) -> Item:
         turn_score=f.number("turn_score", optional=True),
         imagined_value_f1=f.maybe_number("imagined_value_f1"),
         imagined_key_f1=f.maybe_number("imagined_key_f1"),
+        flags=tuple(f.array("flags", lambda v: isinstance(v, str), "a string")) if "flags" in f.obj else None,
+        imagined_flags=tuple(tuple(a) for a in f.array("imagined_flags", _strings, "a list of strings"))
+        if "imagined_flags" in f.obj
+        else None,
     )
 
 

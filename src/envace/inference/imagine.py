@@ -132,6 +132,7 @@ def fork(episode: Episode) -> Episode:
         rng=rng,
         user_stop=episode.user_stop,
         replayed=set(episode.replayed),
+        note_tokens=episode.note_tokens,
     )
 
 
@@ -187,11 +188,19 @@ class Imagination:
         for _ in range(1 if parallel else self.config.n):
             copies = [fork(ep) for _ in range(self.config.n if parallel else 1)]
             if attempts:  # sequential: the memory of the attempts so far
-                copies[0].builder.context(self.fmt.system(self.note(attempts, revised), []))
+                self.add_note(copies[0], attempts, revised)
             yield Join([self._attempt(im) for im in copies])
             attempts += [attempt_of(im, ep, len(ep.ids)) for im in copies]
+        written = self.add_note(ep, attempts, revised)
+        ep.imagined.append(ImaginedTurn(ep.turn, attempts, written, len(ep.calls), revised))
+
+    def add_note(self, ep: Episode, attempts: list[Attempt], revised: bool) -> int:
+        """Append the memory note of ``attempts`` to ``ep`` as a system turn, counted apart from its
+        token budget (``Episode.note_tokens``): the attempt it informs keeps the budget it had.
+        Returns the note's tokens."""
         span = ep.builder.context(self.fmt.system(self.note(attempts, revised), []))
-        ep.imagined.append(ImaginedTurn(ep.turn, attempts, span.stop - span.start, len(ep.calls), revised))
+        ep.note_tokens += span.stop - span.start
+        return span.stop - span.start
 
     def _attempt(self, im: Episode) -> Course:
         """One imagined attempt: the turn to its end, then the copy is done."""

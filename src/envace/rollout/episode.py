@@ -55,6 +55,9 @@ class Episode:
         user_stop: why a simulated user ended the conversation (``None``: it did not).
         replayed: indices of ``task.recorded`` the ``Replay`` responder has used.
         imagined: test-time imagination, one record per imagined user turn (:mod:`envace.inference`).
+        note_tokens: context tokens of memory notes in the episode, counted apart from
+            ``max_episode_tokens`` (:attr:`budget_used`): a note must not shrink the budget of the
+            attempt it informs.
     """
 
     task: Task
@@ -75,10 +78,16 @@ class Episode:
     user_stop: str | None = None
     replayed: set[int] = field(default_factory=set)
     imagined: list[ImaginedTurn] = field(default_factory=list)
+    note_tokens: int = 0
 
     @property
     def ids(self) -> list[int]:
         return self.builder.ids
+
+    @property
+    def budget_used(self) -> int:
+        """Tokens that count against ``max_episode_tokens``: all but the memory notes'."""
+        return len(self.builder.ids) - self.note_tokens
 
     def open_tool_turn(self) -> list[int]:
         """Append the tool-turn header (context) and return the prompt for the rehearsal."""

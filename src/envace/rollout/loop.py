@@ -235,7 +235,7 @@ class Rollout:
         ep.messages.append(Message("user", text))
 
     def _room(self, ep: Episode, budget: int) -> bool:
-        if len(ep.ids) + budget > self.limits.max_episode_tokens:
+        if ep.budget_used + budget > self.limits.max_episode_tokens:
             ep.finish("max_episode_tokens")
             return False
         return True
@@ -284,7 +284,7 @@ class Rollout:
         and an episode past its budget would be a memory bill for the update, not a longer lesson."""
         p = self.fmt.tool()
         ids = self.encode(p.header + self.fmt.tool_body(response) + p.end + p.trailer)
-        if len(ep.ids) + len(ids) > self.limits.max_episode_tokens:
+        if ep.budget_used + len(ids) > self.limits.max_episode_tokens:
             ep.finish("max_episode_tokens")
             return
         ep.builder.context_ids(ids)
