@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from envace.rollout import Episode, GenerationEngine
+from envace.rollout import Episode, SamplingEngine
 
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")  # tau2.user.base
 GREETING = "Hi! How can I help you today?"  # tau2's orchestrator opens with it (DEFAULT_FIRST_AGENT_MESSAGE)
@@ -95,7 +95,7 @@ class ModelUser:
         config: limits and sampling of the user.
     """
 
-    def __init__(self, engine: GenerationEngine, tokenizer: Any, config: UserSimConfig):
+    def __init__(self, engine: SamplingEngine, tokenizer: Any, config: UserSimConfig):
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
 
     def __call__(self, episode: Episode) -> str | None:

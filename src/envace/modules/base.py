@@ -34,7 +34,6 @@ from envace.protocol.render import ChatFormat, make_format
 from envace.rewards import JudgeSettings, RewardError, RewardOutput, compute_reward
 from envace.rollout import (
     Episode,
-    GenerationEngine,
     Job,
     PolicyRehearsal,
     RealEnvironment,
@@ -43,6 +42,7 @@ from envace.rollout import (
     RolloutLimits,
     RolloutResult,
     SamplingConfig,
+    SamplingEngine,
     make_engine,
     make_rollout,
     run_together,
@@ -140,7 +140,7 @@ class PolicyModule(pl.LightningModule):
         self.sft_loss = sft_loss or RoleNLLLoss()
         self.loss_chunk_tokens = loss_chunk_tokens
         self.judge = judge
-        self._engine: GenerationEngine | None = None
+        self._engine: SamplingEngine | None = None
         self.fsdp_layer_names = tuple(fsdp_layer_names)
         self.tokenizer = load_tokenizer(self.policy_spec.name_or_path)
         self.fmt: ChatFormat = make_format(self.tokenizer, chat_format, tool_style)  # type: ignore[arg-type]
@@ -248,7 +248,7 @@ class PolicyModule(pl.LightningModule):
 
     # --- rollouts --------------------------------------------------------------------------------
     @property
-    def engine(self) -> GenerationEngine:
+    def engine(self) -> SamplingEngine:
         if self._engine is None:
             self._engine = make_engine(self.policy, self.tokenizer, self.fmt, self.sampling)
         return self._engine
@@ -268,7 +268,7 @@ class PolicyModule(pl.LightningModule):
         training (the policy; a ``separate`` or ``simulator`` arm's simulator)."""
         return PolicyRehearsal(engine=self.engine)
 
-    def engines(self) -> list[GenerationEngine]:
+    def engines(self) -> list[SamplingEngine]:
         """Every engine that samples in this module's rollouts."""
         return [self.engine]
 

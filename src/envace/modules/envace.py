@@ -14,7 +14,7 @@ from envace.modules.base import PolicyModule
 from envace.modules.logprobs import chunked_logprobs, selected_logprobs
 from envace.modules.outputs import RLStepOutput, TrainStepOutput
 from envace.modules.simulator import SimulatorSpec, build_simulator, copy_policy_into, own_parameters, routed_logprobs
-from envace.rollout import ExternalSimulator, GenerationEngine, PolicyRehearsal, Rehearsal, Responder, make_engine
+from envace.rollout import ExternalSimulator, PolicyRehearsal, Rehearsal, Responder, SamplingEngine, make_engine
 
 
 class EnvACEModule(PolicyModule):
@@ -66,7 +66,7 @@ class EnvACEModule(PolicyModule):
         self.responder = responder or PolicyRehearsal()
         self.simulator_spec = simulator
         self.simulator: Any = None
-        self._simulator_engine: GenerationEngine | None = None
+        self._simulator_engine: SamplingEngine | None = None
         self._simulator_ready = simulator is not None and simulator.from_start
         self.group_size = group_size
         self.loss = loss or RoleGRPOLoss()
@@ -118,12 +118,12 @@ class EnvACEModule(PolicyModule):
         return self.kl_reference == "warm_start" and self.policy_spec.lora is not None and not self.warm_start_only
 
     @property
-    def simulator_engine(self) -> GenerationEngine:
+    def simulator_engine(self) -> SamplingEngine:
         if self._simulator_engine is None:
             self._simulator_engine = make_engine(self.simulator, self.tokenizer, self.fmt, self.sampling)
         return self._simulator_engine
 
-    def engines(self) -> list[GenerationEngine]:
+    def engines(self) -> list[SamplingEngine]:
         return [self.engine, self.simulator_engine] if self.simulator is not None else [self.engine]
 
     @property

@@ -6,7 +6,7 @@ from typing import Any
 
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import PieceEncoder
-from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig
+from envace.rollout.engine import Engine, GenerationEngine, SamplingConfig, SamplingEngine
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, RolloutStats, summarize
 from envace.rollout.loop import Job, Rollout, RolloutLimits, drive, run_together
 from envace.rollout.responders import (
@@ -35,6 +35,7 @@ __all__ = [
     "RolloutResult",
     "RolloutStats",
     "SamplingConfig",
+    "SamplingEngine",
     "drive",
     "make_engine",
     "make_rollout",
@@ -54,10 +55,16 @@ def stop_ids(tokenizer: Any, fmt: ChatFormat) -> list[int]:
 
 def make_engine(
     model: Any, tokenizer: Any, fmt: ChatFormat, sampling: SamplingConfig | None = None
-) -> GenerationEngine:
-    """A sampling engine over ``model`` that stops at the format's end-of-turn token."""
+) -> SamplingEngine:
+    """A sampling engine over ``model`` that stops at the format's end-of-turn token: ours, or with
+    ``sampling.engine: vllm`` a vLLM server's (started, or attached at ``sampling.vllm.url``)."""
+    sampling = sampling or SamplingConfig()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return GenerationEngine(model, stop_ids(tokenizer, fmt), pad, sampling or SamplingConfig())
+    if sampling.engine == "vllm":
+        from envace.rollout.engine.vllm.engine import VLLMEngine
+
+        return VLLMEngine.create(model, tokenizer, stop_ids(tokenizer, fmt), pad, sampling)
+    return GenerationEngine(model, stop_ids(tokenizer, fmt), pad, sampling)
 
 
 def make_rollout(

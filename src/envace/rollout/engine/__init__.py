@@ -15,13 +15,15 @@ Keys and values are reused wherever they are already known. The package, by conc
 * :mod:`~envace.rollout.engine.kv`: in-place KV storage (:class:`GrowingLayer`) and a prefill's layout;
 * :mod:`~envace.rollout.engine.kept`: the shared prefixes and ended rows kept between calls;
 * :mod:`~envace.rollout.engine.packed`: the CPU fast path, oneDNN-prepacked linear layers
-  (:class:`PackedLinear`) and the bf16 attention path.
+  (:class:`PackedLinear`) and the bf16 attention path;
+* :mod:`~envace.rollout.engine.vllm`: the other engine, a vLLM server in its own venv driven over
+  HTTP (``sampling.engine: vllm``), the trained weights synced to it after every update.
 """
 
 from envace.rollout.engine.engine import GenerationEngine
 from envace.rollout.engine.kv import KV, LEAD, GrowingLayer
 from envace.rollout.engine.packed import PackedLinear, packed_copy, register_attention
-from envace.rollout.engine.protocol import Engine
+from envace.rollout.engine.protocol import Engine, SamplingEngine
 from envace.rollout.engine.sampling import SAMPLING_DTYPES, EngineStats, Follow, Request, Sample, SamplingConfig, draw
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Request",
     "Sample",
     "SamplingConfig",
+    "SamplingEngine",
     "draw",
     "packed_copy",
     "register_attention",

@@ -12,11 +12,8 @@ and copied to each row before it joins; what any prompt shares with a kept row o
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -29,11 +26,20 @@ from envace.rollout.engine.batch import Batch, Row, join
 from envace.rollout.engine.kept import KeptKV
 from envace.rollout.engine.kv import KV, Layout, Part, batch_cache, batch_inputs, plain_layers
 from envace.rollout.engine.packed import PackedLinear, packed_copy, register_attention
-from envace.rollout.engine.sampling import SAMPLING_DTYPES, EngineStats, Follow, Request, Sample, SamplingConfig, draw
+from envace.rollout.engine.sampling import (
+    SAMPLING_DTYPES,
+    Decoding,
+    EngineStats,
+    Follow,
+    Request,
+    Sample,
+    SamplingConfig,
+    draw,
+)
 
 
 @dataclass
-class GenerationEngine:
+class GenerationEngine(Decoding):
     """Samples continuations of token prompts with a Hugging Face causal LM.
 
     Args:
@@ -105,40 +111,6 @@ class GenerationEngine:
             hardware.warn_if_slow("sampling.dtype", name, device)
             self._warned = True
         return SAMPLING_DTYPES[name]
-
-    @contextmanager
-    def decoding(self, temperature: float | None) -> Iterator[None]:
-        """Sample at ``temperature`` inside the block (``None``: unchanged), e.g. greedy validation
-        episodes between stochastic training rollouts; the cached keys and values stay valid."""
-        saved = self.sampling
-        if temperature is not None:
-            self.sampling = dataclasses.replace(saved, temperature=temperature)
-        try:
-            yield
-        finally:
-            self.sampling = saved
-
-    @torch.no_grad()
-    def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, rngs: list[torch.Generator | None] | None = None
-    ) -> list[Sample]:
-        """Sample up to ``max_new_tokens`` after each prompt, all prompts batched (a convenience over
-        :meth:`stream` for callers with no follow-up turns).
-
-        ``rngs``, when given, holds one random stream per prompt (an episode's ``rng``; an entry
-        ``None`` draws from the global stream): each row then draws from its own stream, so what it
-        samples does not depend on which other prompts share its batch.
-        """
-        rngs = rngs if rngs is not None else [None] * len(prompts)
-        out: list[Sample] = [Sample([], [], False) for _ in prompts]
-
-        def keep(request: Request, sample: Sample) -> list[Request]:
-            out[request.tag] = sample
-            return []
-
-        requests = [Request(p, max_new_tokens, g, i) for i, (p, g) in enumerate(zip(prompts, rngs, strict=True))]
-        self.stream(requests, keep)
-        return out
 
     @torch.no_grad()
     def stream(self, requests: list[Request], follow: Follow) -> None:

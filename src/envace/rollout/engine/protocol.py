@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import ClassVar, Protocol
 
-from envace.rollout.engine.sampling import EngineStats, Follow, Request
+import torch
+
+from envace.rollout.engine.sampling import EngineStats, Follow, Request, Sample, SamplingConfig
 
 
 class Engine(Protocol):
@@ -23,3 +26,19 @@ class Engine(Protocol):
     def stream(self, requests: list[Request], follow: Follow) -> None: ...
 
     def reset_cache(self) -> None: ...
+
+
+class SamplingEngine(Engine, Protocol):
+    """An engine that samples a model (ours, :class:`~envace.rollout.engine.GenerationEngine`, or a
+    vLLM server's, :class:`~envace.rollout.engine.vllm.engine.VLLMEngine`): what the modules,
+    evaluation and the bench use of it beside :class:`Engine`."""
+
+    stop_ids: list[int]
+    pad_id: int
+    sampling: SamplingConfig
+
+    def decoding(self, temperature: float | None) -> AbstractContextManager[None]: ...
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, rngs: list[torch.Generator | None] | None = None
+    ) -> list[Sample]: ...

@@ -8,12 +8,17 @@ sampling itself can be tested without a model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from envace.rollout.engine.vllm.config import VLLMConfig
+
+#: the generation engines ``sampling.engine`` names
+ENGINES = ("envace", "vllm")
 SAMPLING_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
 
 
@@ -48,6 +53,12 @@ class SamplingConfig:
             (:class:`~envace.rollout.engine.PackedLinear`; LoRA adapters merged), rebuilt when the
             weights have changed. Same numbers as the policy to float rounding; 2-4x faster linear
             layers at 2-8 rows. Ignored on other devices and under FSDP sharding.
+        engine: ``envace`` (default): our batched engine in this process
+            (:class:`~envace.rollout.engine.GenerationEngine`); ``vllm``: a vLLM server in its own
+            venv (``make vllm``) samples, the trained weights synced to it after every update
+            (:class:`~envace.rollout.engine.vllm.VLLMEngine`, docs/vllm.md). The options above
+            but ``temperature``, ``top_p``, ``top_k`` and ``dtype`` are our engine's.
+        vllm: the vLLM server (:class:`~envace.rollout.engine.vllm.VLLMConfig`).
     """
 
     temperature: float = 1.0
@@ -62,6 +73,12 @@ class SamplingConfig:
     continuous: bool = True
     dtype: str | None = None
     pack_weights: bool = True
+    engine: str = "envace"
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"sampling.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
 
 @dataclass
@@ -93,6 +110,50 @@ class Request:
 
 Follow = Callable[[Request, Sample], list[Request]]
 """Called as each request ends, with its sample: the requests its episode needs next (often none)."""
+
+
+class Decoding:
+    """What every sampling engine offers beside :meth:`stream`: a temperature switch for a block
+    (greedy validation between training rollouts) and :meth:`generate` for callers with no
+    follow-up turns."""
+
+    sampling: SamplingConfig
+
+    def stream(self, requests: list[Request], follow: Follow) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def decoding(self, temperature: float | None) -> Iterator[None]:
+        """Sample at ``temperature`` inside the block (``None``: unchanged), e.g. greedy validation
+        episodes between stochastic training rollouts; the cached keys and values stay valid."""
+        saved = self.sampling
+        if temperature is not None:
+            self.sampling = replace(saved, temperature=temperature)
+        try:
+            yield
+        finally:
+            self.sampling = saved
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, rngs: list[torch.Generator | None] | None = None
+    ) -> list[Sample]:
+        """Sample up to ``max_new_tokens`` after each prompt, all prompts batched (a convenience over
+        :meth:`stream` for callers with no follow-up turns).
+
+        ``rngs``, when given, holds one random stream per prompt (an episode's ``rng``; an entry
+        ``None`` draws from the global stream): each row then draws from its own stream, so what it
+        samples does not depend on which other prompts share its batch.
+        """
+        rngs = rngs if rngs is not None else [None] * len(prompts)
+        out: list[Sample] = [Sample([], [], False) for _ in prompts]
+
+        def keep(request: Request, sample: Sample) -> list[Request]:
+            out[request.tag] = sample
+            return []
+
+        requests = [Request(p, max_new_tokens, g, i) for i, (p, g) in enumerate(zip(prompts, rngs, strict=True))]
+        self.stream(requests, keep)
+        return out
 
 
 @dataclass
