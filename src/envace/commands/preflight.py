@@ -3,7 +3,8 @@ logger whose package is not installed is a one-line :class:`~envace.commands.err
 in well under a second, instead of a traceback after the model is built (or after a minute of
 download retries), and no run folder is left behind.
 
-* :func:`check_fit_config` — ``envace fit | validate``: ``ckpt_path``, the policy's ``name_or_path``
+* :func:`check_fit_config` — ``envace fit | validate``: ``ckpt_path``, the data sources and their
+  rewards (registered, or a ``package.module:function`` that imports), the policy's ``name_or_path``
   and ``checkpoint``, the simulator's source, and the loggers' packages (``envace[wandb]``, ...);
 * :func:`check_model_source` — a packaged name, ``tiny``, a folder, a model in the Hugging Face cache,
   or a hub id the hub knows (asked once, bounded by :data:`HUB_TIMEOUT_S`; never with
@@ -138,9 +139,36 @@ def check_loggers(loggers: Any) -> None:
             raise UsageError(f"trainer.logger {name} needs the {package!r} package: {install}")
 
 
+def check_plugins(config: Any) -> None:
+    """Every data source a config names, and every ``reward`` option of one, must be registered or a
+    ``package.module:function`` that imports (the user's own): else one line naming it."""
+    from envace.data.sources import SOURCES
+    from envace.rewards import REWARDS
+    from envace.rewards.userfn import named_callable
+
+    for key in ("sources", "val_sources"):
+        for i, spec in enumerate(value(config, f"data.{key}") or []):
+            where = f"data.{key}[{i}]"
+            checks = [("name", value(spec, "name"), SOURCES, "data source")]
+            reward = value(spec, "reward") or value(spec, "options.reward")
+            if reward is not None:
+                checks.append(("reward", reward, REWARDS, "reward"))
+            for field, name, table, what in checks:
+                if not isinstance(name, str) or name in table:
+                    continue
+                if ":" not in name:
+                    raise UsageError(f"{where}.{field}: unknown {what} {name!r}{did_you_mean(name, list(table))} "
+                                     f"(registered: {', '.join(sorted(table))}; or your own as package.module:function)")  # fmt: skip
+                try:
+                    named_callable(name, what)
+                except ValueError as exc:
+                    raise UsageError(f"{where}.{field}: {exc}") from None
+
+
 def check_fit_config(config: Any) -> None:
     """The checks of an ``envace fit | validate`` config (one subcommand's namespace)."""
     check_ckpt_path(value(config, "ckpt_path"))
+    check_plugins(config)
     check_loggers(value(config, "trainer.logger"))
     args = value(config, "model.init_args")
     policy = value(args, "policy")

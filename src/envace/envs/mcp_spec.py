@@ -6,6 +6,7 @@ streamable-HTTP URL::
     {"command": "python", "args": ["examples/shop_mcp/server.py"], "env": {}, "cwd": null}
     {"url": "http://127.0.0.1:8000/mcp"}
 
+(``python`` as the command is the interpreter running envace, so the server sees its packages),
 with optional deadlines (``connect_timeout_s``, ``list_timeout_s``, ``call_timeout_s``) and the
 bound on live servers (``max_live``). Every field is checked here, once: a wrong one is a one-line
 :class:`ValueError` naming it.
@@ -14,6 +15,7 @@ bound on live servers (``max_live``). Every field is checked here, once: a wrong
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +66,8 @@ class ServerSpec:
     def parse(cls, data: Mapping[str, Any] | ServerSpec) -> ServerSpec:
         """A spec from config data; unknown or mistyped fields are a one-line :class:`ValueError`.
 
-        >>> ServerSpec.parse({"command": "python", "args": ["s.py"], "call_timeout_s": 2}).label
-        'python s.py'
+        >>> ServerSpec.parse({"command": "node", "args": ["s.js"], "call_timeout_s": 2}).label
+        'node s.js'
         >>> ServerSpec.parse({"url": "http://127.0.0.1:8000/mcp", "max_live": 0})
         Traceback (most recent call last):
         ValueError: max_live must be a positive integer, got 0
@@ -89,6 +91,8 @@ class ServerSpec:
         for key in ("command", "cwd", "url"):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"{key} must be a string, got {d[key]!r}")
+        if d.get("command") == "python":  # the interpreter running envace: the server sees the same packages
+            d["command"] = sys.executable
         return cls(args=tuple(args), env=tuple(sorted(env.items())), **d)
 
     def to_json(self) -> dict[str, Any]:

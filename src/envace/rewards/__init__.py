@@ -15,7 +15,11 @@ bfcl, single-turn AST categories     ``bfcl-single-turn``
 tau2                                 ``tau2``
 vitabench                            ``vitabench``
 finmcp, chatlog                      ``toolf1``
+tasks (your own: docs/own-tools.md)  ``gold-calls``
 ===================================  =====================
+
+A reward named ``package.module:function`` (``task.extra["reward"]``, e.g. the ``tasks`` source's
+``reward`` option) is the user's own (:mod:`envace.rewards.userfn`).
 
 BFCL's agentic categories (memory, web search) and format sensitivity have no offline reward here.
 """
@@ -28,6 +32,7 @@ from functools import cache
 
 from envace.rewards.base import RewardError, RewardOutput, RewardUnavailable
 from envace.rewards.judge import JudgeSettings, LLMJudge
+from envace.rewards.userfn import user_reward
 from envace.types import Task, Trajectory
 
 RewardFn = Callable[[Task, Trajectory], RewardOutput]
@@ -39,9 +44,17 @@ REWARDS: dict[str, str] = {
     "toolf1": "envace.rewards.toolf1:tool_f1",
     "vitabench": "envace.rewards.vitabench:vitabench_proxy",
     "judge": "envace.rewards.judge:judge_reward",
+    "gold-calls": "envace.rewards.gold:gold_calls",  # your own tasks' gold calls (docs/own-tools.md)
+    "python-env": "envace.envs.pytools:python_env_reward",  # a TRL-shaped class's get_reward()
 }
 
-BY_BENCHMARK: dict[str, str] = {"tau2": "tau2", "vitabench": "vitabench", "finmcp": "toolf1", "chatlog": "toolf1"}
+BY_BENCHMARK: dict[str, str] = {
+    "tau2": "tau2",
+    "vitabench": "vitabench",
+    "finmcp": "toolf1",
+    "chatlog": "toolf1",
+    "tasks": "gold-calls",
+}
 
 _BFCL_SINGLE_TURN_PREFIXES = ("simple", "multiple", "parallel", "irrelevance", "live_")
 
@@ -52,7 +65,11 @@ def get_reward(name: str) -> RewardFn:
 
     >>> get_reward("bfcl-multi-turn").__name__
     'bfcl_multi_turn'
+
+    A name ``package.module:function`` is the user's own (:func:`envace.rewards.userfn.user_reward`).
     """
+    if name not in REWARDS and ":" in name:
+        return user_reward(name)
     if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}")
     module, fn = REWARDS[name].split(":")

@@ -1,6 +1,7 @@
 """Benchmark sources: each turns its records into canonical :class:`~envace.types.Task` objects.
 
-A source is a function ``load(split: str = "all", path: str | None = None, **kw) -> list[Task]``;
+A source is a function ``load(split: str = "all", path: str | None = None, **kw) -> list[Task]``,
+registered here or named ``package.module:function`` in a config (the user's own);
 a verifier replays gold through the real environment and the official checker and returns a
 :class:`VerifyReport`. Both are looked up by name here (config data, never model output); a
 :class:`SourceSpec` is one source to load as a config names it (the DataModule's ``sources``).
@@ -22,6 +23,7 @@ SOURCES: dict[str, str] = {
     "vitabench": "envace.data.sources.vitabench:load_vitabench",
     "chatlog": "envace.data.sources.chatlog:load_chatlog",
     "prepared": "envace.data.sources.prepared:load_prepared",  # a folder `envace data prepare` wrote
+    "tasks": "envace.data.sources.tasks:load_tasks",  # your own task file (docs/own-tools.md)
 }
 
 VERIFIERS: dict[str, str] = {
@@ -83,6 +85,11 @@ class SourceSpec:
 
 
 def _resolve(table: dict[str, str], name: str, what: str) -> Callable[..., Any]:
+    """The function registered as ``name``, or the user's own named ``package.module:function``."""
+    if name not in table and ":" in name:
+        from envace.rewards.userfn import named_callable
+
+        return named_callable(name, what)
     if name not in table:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}")
     module, fn = table[name].split(":")
