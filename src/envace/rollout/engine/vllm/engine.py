@@ -40,7 +40,7 @@ class Served:
     weights whose version counters were ``signature``."""
 
     name: str
-    signature: tuple[int, ...]
+    signature: tuple[float, ...]
 
 
 @dataclass

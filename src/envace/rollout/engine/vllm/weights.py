@@ -30,11 +30,15 @@ def lora_rank(model: Any) -> int | None:
     return max(int(c.r) for c in model.peft_config.values())
 
 
-def signature(model: Any) -> tuple[int, ...]:
-    """The in-place version counters of the weights an update changes (the trainable ones; all of
-    them when none is trainable now): it moves with every optimizer step and every ``copy_``."""
+def signature(model: Any) -> tuple[float, ...]:
+    """A fingerprint of the weights an update changes (the trainable ones; all of them when none is
+    trainable now): their in-place version counters, which move with every optimizer step, and their
+    sums, which also move when a write bypasses the counters (``p.data.copy_``, as
+    :func:`~envace.modules.simulator.copy_policy_into` writes)."""
     params = [p for p in model.parameters() if p.requires_grad] or list(model.parameters())
-    return tuple(p._version for p in params)
+    with torch.no_grad():
+        sums = torch.stack([p.detach().float().sum() for p in params]).tolist()
+    return (*(float(p._version) for p in params), *sums)
 
 
 def base_state(model: Any) -> dict[str, torch.Tensor]:
