@@ -229,3 +229,13 @@ def test_no_vllm_venv_is_one_line_naming_make_vllm(tiny_model: Any, tokenizer: A
 def test_unknown_engine_is_refused() -> None:
     with pytest.raises(ValueError, match="sampling.engine must be one of envace, vllm"):
         SamplingConfig(engine="sglang")
+
+
+def test_fit_preflight_names_make_vllm_before_anything_is_built() -> None:
+    from envace.commands.errors import UsageError
+    from envace.commands.preflight import check_vllm
+
+    check_vllm({"engine": "envace", "vllm": {"venv": "/nowhere"}})  # our engine: nothing to check
+    check_vllm({"engine": "vllm", "vllm": {"url": "http://127.0.0.1:1", "venv": "/nowhere"}})  # attached: no venv
+    with pytest.raises(UsageError, match=r"no vLLM environment at /nowhere: run `make vllm`"):
+        check_vllm({"engine": "vllm", "vllm": {"venv": "/nowhere"}})

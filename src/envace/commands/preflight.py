@@ -180,6 +180,20 @@ def check_fit_config(config: Any) -> None:
     source = value(args, "simulator.source")
     if source is not None and source not in ("warm_start", "policy"):
         check_model_source(str(source), "model.simulator.source")
+    check_vllm(value(args, "sampling"))
+
+
+def check_vllm(sampling: Any) -> None:
+    """``sampling.engine: vllm`` that launches its server needs the vLLM venv (``make vllm``)."""
+    if value(sampling, "engine") != "vllm" or value(sampling, "vllm.url") is not None:
+        return
+    from envace.rollout.engine.vllm.http import VLLMError
+    from envace.rollout.engine.vllm.server import vllm_python
+
+    try:
+        vllm_python(str(value(sampling, "vllm.venv") or ".venv-vllm"))
+    except VLLMError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def evaluate(argv: list[str]) -> int:
