@@ -4,7 +4,8 @@ One task per row (docs/own-tools.md)::
 
     {"id": "shop-0007",                                   # optional; default <file stem>-<line>
      "split": "train",                                    # optional; what split= selects
-     "user_turns": ["Order two blue mugs, then tell me the order's status."],
+     "user_turns": ["Order two blue mugs, then tell me the order's status."],   # a TRL-shaped class: may be
+                                                          # left out: reset(**metadata) returns it
      "gold": [[{"name": "place_order", "arguments": {"sku": "MUG-BLUE", "quantity": 2}},
                {"name": "order_status", "arguments": {"order_id": "A1001"}}]],   # optional, per user turn
      "tools": [...],                                      # optional; else the environment's (tools/list)
@@ -27,7 +28,7 @@ from typing import Any
 
 from envace.data.sources.records import RecordError, read_jsonl, short
 from envace.envs.mcp import list_server_tools
-from envace.envs.pytools import python_tools
+from envace.envs.pytools import first_message, python_tools
 from envace.types import Task, ToolCall, ToolSchema
 
 FIELDS = ("id", "split", "user_turns", "gold", "tools", "system_prompt", "metadata")
@@ -66,6 +67,10 @@ def parse_row(row: Any, file: Path, line: int, options: dict[str, Any], tools: l
     if unknown:
         raise RecordError(file, line, unknown[0], f"unknown field; fields: {', '.join(FIELDS)}")
     turns = row.get("user_turns")
+    env = options.get("env")
+    if turns is None and isinstance(env, dict) and env.get("kind") == "python" and env.get("class"):
+        message = first_message(env, row.get("metadata") or {})  # TRL's shape: reset(**row) gives the prompt
+        turns = [message] if message else None
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
         raise RecordError(file, line, "user_turns", f"must be a non-empty list of non-empty strings, got {short(turns)}")
     gold_raw = row.get("gold", [])
