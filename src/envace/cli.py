@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "bench": ("envace.bench:main", "speed and memory of training and rollout on this machine (JSON)"),
     "experiment": ("envace.experiment:main", "the arms x seeds comparison grid, resumable, and its report"),
     "export": ("envace.commands.export:main", "a checkpoint's act or rehearse weights as a save_pretrained folder"),
+    "serve-env": ("envace.commands.serve_env:main", "a trained policy's rehearse role served as an MCP server of your tools"),
 }
 #: former names of a command, which still run it after a one-line note
 ALIASES = {"rehearse": "show"}
@@ -130,6 +131,17 @@ def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
                 super().instantiate_classes()
             except (ValueError, MisconfigurationException) as exc:  # a config value a class refuses
                 raise UsageError(str(exc).strip().splitlines()[0]) from exc
+
+        def before_fit(self) -> None:
+            """``--ckpt_path last``: the run's latest last.ckpt across logger versions, or a one-line
+            refusal, never Lightning's silent start from step 0 (:mod:`envace.commands.resume`)."""
+            from envace.commands.resume import resolve_last
+
+            config = self.config_init[self.subcommand]
+            if config.get("ckpt_path") == "last":
+                config["ckpt_path"] = resolve_last(self.trainer)
+
+        before_validate = before_fit
 
     return EnvACECLI(
         PolicyModule,

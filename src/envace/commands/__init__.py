@@ -6,6 +6,8 @@ names them, and what every command shares.
   side-by-side responses, fidelity, reward.
 * ``envace export`` — :mod:`envace.commands.export` (argparse: flags without values): a trained
   checkpoint's act or rehearse weights as a ``save_pretrained`` folder (LoRA merged, or adapters).
+* ``envace serve-env`` — :mod:`envace.commands.serve_env` (``jsonargparse.CLI``): a trained policy's
+  rehearse role served as an MCP server exposing the tools it learned (docs/own-tools.md).
 * :mod:`~envace.commands.errors` — a bad command line or config as one or two lines, with the nearest
   valid name (``did you mean``), for every command's parser.
 * :mod:`~envace.commands.preflight` — files, model names and logger packages checked before anything
