@@ -14,6 +14,8 @@ under a new name; every answer must come from that name (:func:`~.http.completio
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -27,7 +29,7 @@ from envace import hardware
 from envace.paths import cache_dir
 from envace.rollout.engine.sampling import Decoding, EngineStats, Follow, Request, Sample, SamplingConfig
 from envace.rollout.engine.vllm.http import VLLMError, call, completion_sample
-from envace.rollout.engine.vllm.server import BASE_NAME, Launch, VLLMServer, shared_server
+from envace.rollout.engine.vllm.server import BASE_NAME, Launch, VLLMServer, shared_server, vllm_python
 from envace.rollout.engine.vllm.weights import is_lora, lora_rank, signature, write_adapter, write_base, write_full
 
 #: seeds vLLM takes (a request's seed is drawn from its episode's stream)
@@ -41,6 +43,7 @@ class Served:
 
     name: str
     signature: tuple[float, ...]
+    folder: Path | None = None
 
 
 @dataclass
@@ -72,6 +75,7 @@ class VLLMEngine(Decoding):
     sync: SyncStats = field(default_factory=SyncStats)
     served: Served | None = None
     prefix: str = "policy"
+    scratch: Path | None = None
     instant: ClassVar[bool] = False
 
     @classmethod
@@ -111,16 +115,19 @@ class VLLMEngine(Decoding):
         if is_lora(self.model):
             if not self.server.lora:
                 raise VLLMError("the vLLM server was started without --enable-lora, but the policy has LoRA adapters")
-            name = self._load_adapter()
+            name, folder = self._load_adapter()
         else:
-            name = self._reload_weights()
-        self.served = Served(name, now)
+            name, folder = self._reload_weights()
+        if self.served is not None and self.served.folder is not None:
+            shutil.rmtree(self.served.folder, ignore_errors=True)
+        self.served = Served(name, now, folder)
         self.sync.syncs += 1
         self.sync.seconds += time.perf_counter() - began
         return name
 
-    def _load_adapter(self) -> str:
-        """Write the adapters and load them under a new name; the previous one is unloaded."""
+    def _load_adapter(self) -> tuple[str, Path]:
+        """Write the adapters and load them under a new name; the previous ones are unloaded and
+        their folder removed."""
         name = f"{self.prefix}-{self.sync.syncs}"
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._folder()))
         write_adapter(self.model, folder)
@@ -130,23 +137,28 @@ class VLLMEngine(Decoding):
             raise VLLMError(f"the vLLM server did not list adapter {name!r} after loading it (it lists {listed})")
         if self.served is not None and self.served.name != BASE_NAME:
             self._post("/v1/unload_lora_adapter", {"lora_name": self.served.name})
-        return name
+        return name, folder
 
-    def _reload_weights(self) -> str:
+    def _reload_weights(self) -> tuple[str, Path | None]:
         """Full fine-tuning: write every weight and have the server reload them in place (the first
         time, the served base already is these weights), then drop its prefix cache."""
         if self.served is None:
-            return BASE_NAME
+            return BASE_NAME, None
         folder = Path(tempfile.mkdtemp(prefix="weights-", dir=self._folder()))
         write_full(self.model, folder)
         self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
         self._post("/reset_prefix_cache", None)
-        return BASE_NAME
+        return BASE_NAME, folder
 
     def _folder(self) -> Path:
-        root = self.server.folder or cache_dir() / "vllm"
-        root.mkdir(parents=True, exist_ok=True)
-        return root
+        """Where this engine writes weights: the launched server's folder, else a scratch folder of
+        its own (removed at exit)."""
+        if self.server.folder is not None:
+            return self.server.folder
+        if self.scratch is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix="envace-vllm-sync-", dir=_tmp_root()))
+            atexit.register(shutil.rmtree, self.scratch, True)
+        return self.scratch
 
     # --- generation ---------------------------------------------------------------------------------
     @torch.no_grad()
@@ -230,13 +242,18 @@ def launch_for(model: Any, tokenizer: Any, sampling: SamplingConfig) -> VLLMServ
     """Start a server of ``model``'s base weights (written to a temporary folder unless
     ``vllm.serve`` names what to load), in the sampling dtype, with LoRA when the model has adapters."""
     config = sampling.vllm
+    vllm_python(config.venv)  # before anything is written: a missing venv is one line naming `make vllm`
     folder = Path(tempfile.mkdtemp(prefix="envace-vllm-", dir=_tmp_root()))
-    param = next(model.parameters())
-    device = param.device
-    served = config.serve or str(write_base(model, tokenizer, folder / "base"))
-    launch = Launch(served, serving_dtype(sampling, param.dtype, device.type), lora_rank(model),
-                    device.index or 0 if device.type == "cuda" else None)  # fmt: skip
-    return VLLMServer.launch(launch, config, folder)
+    try:
+        param = next(model.parameters())
+        device = param.device
+        served = config.serve or str(write_base(model, tokenizer, folder / "base"))
+        launch = Launch(served, serving_dtype(sampling, param.dtype, device.type), lora_rank(model),
+                        device.index or 0 if device.type == "cuda" else None)  # fmt: skip
+        return VLLMServer.launch(launch, config, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def serving_dtype(sampling: SamplingConfig, own: torch.dtype, device: str) -> str:
