@@ -16,7 +16,10 @@ from envace.data.sources.records import RecordError
 from envace.types import CallRecord, Task, ToolCall
 
 TOOLS = [
-    {"type": "function", "function": {"name": "quote", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {"name": "quote", "parameters": {"type": "object", "properties": {"symbol": {"type": "string"}}}},
+    },
     {"type": "function", "function": {"name": "news", "parameters": {"type": "object", "properties": {}}}},
 ]
 

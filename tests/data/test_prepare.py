@@ -63,7 +63,8 @@ def test_prepare_writes_a_grounded_dataset_that_loads_back(tmp_path):
     originals = load_source("bfcl-multi-turn", split="train")[:3]
     assert read_prepared(out) == [(t, ground(t)) for t in originals]
     assert json.loads((out / "prepared.json").read_text()) == {
-        "source": "bfcl-multi-turn", "split": "train", "path": None, "limit": 3, "grounded": True, "rows": 3
+        "source": "bfcl-multi-turn", "split": "train", "path": None, "limit": 3, "grounded": True, "rows": 3,
+        "left_out": [],
     }  # fmt: skip
     assert leftovers(out.parent) == ["mt"]  # no temporary folder left behind
 
@@ -250,7 +251,11 @@ def test_a_value_json_cannot_hold_is_refused_when_writing():
 
 # ------------------------------------------------------------------ edited and broken folders
 
-QUOTE = {"name": "quote", "description": "A price.", "parameters": {"type": "object", "properties": {}}}
+QUOTE = {
+    "name": "quote",
+    "description": "A price.",
+    "parameters": {"type": "object", "properties": {"symbol": {"type": "string"}}},
+}
 
 
 def _conversation(i: int) -> tuple[Task, Trajectory]:

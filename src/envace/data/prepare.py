@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from tqdm import tqdm
 from envace.data.grounding import ground
 from envace.data.sources import VerifyReport, load_source, verify_source
 from envace.data.sources.prepared import MANIFEST, features, task_row, trajectory_row
+from envace.data.sources.schema import check_gold
 from envace.types import Task
 
 
@@ -79,6 +81,23 @@ def save_atomic(
     return out
 
 
+def _valid_gold(tasks: list[Task], drop: bool) -> tuple[list[Task], list[str]]:
+    """The tasks whose gold calls all fit their tools' schemas (:func:`check_gold`); any other task
+    refuses the source (a one-line ``ValueError``) or, with ``drop``, is left out, named on stderr."""
+    kept, left_out = [], []
+    for task in tasks:
+        try:
+            check_gold(task)
+        except ValueError as exc:
+            if not drop:
+                raise ValueError(f"{exc}; pass --drop_invalid_gold true to leave such tasks out") from None
+            print(f"left out: {exc}", file=sys.stderr)
+            left_out.append(task.id)
+            continue
+        kept.append(task)
+    return kept, left_out
+
+
 def prepare(
     source: str,
     split: str,
@@ -87,6 +106,7 @@ def prepare(
     limit: int | None = None,
     grounded: bool = False,
     overwrite: bool = False,
+    drop_invalid_gold: bool = False,
 ) -> str:
     """Load a benchmark source and save its tasks as a dataset folder.
 
@@ -99,6 +119,9 @@ def prepare(
         grounded: replay each task's gold in its real environment and add the conversation
             (``messages``, ``calls``, ``trajectory_source``).
         overwrite: replace ``out`` if it exists.
+        drop_invalid_gold: leave out (each named on stderr, listed in ``prepared.json``) the tasks whose
+            gold calls break their tool's schema, instead of refusing the source
+            (:mod:`envace.data.sources.schema`; BFCL's official test split holds five).
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}: an empty dataset is never written")
@@ -107,6 +130,9 @@ def prepare(
         raise ValueError(f"source {source!r} has no {split!r} tasks{f' in {path}' if path else ''}; nothing written")
     if limit is not None:
         tasks = tasks[:limit]
+    tasks, left_out = _valid_gold(tasks, drop_invalid_gold)
+    if not tasks:
+        raise ValueError(f"every {source!r} {split!r} task has gold that breaks its tool's schema; nothing written")
     dataset = task_dataset(tasks, grounded=grounded)
     record = {
         "source": source,
@@ -115,6 +141,7 @@ def prepare(
         "limit": limit,
         "grounded": grounded,
         "rows": len(dataset),
+        "left_out": left_out,
     }
     save_atomic(dataset, out, overwrite=overwrite, manifest=record)
     print(f"wrote {len(dataset)} {source}/{split} tasks to {out}")

@@ -15,7 +15,8 @@ that got a ``tool`` message (matched by ``tool_call_id``) a :class:`~envace.type
 non-JSON text become ``{"result": ...}``. ``env`` is ``None``.
 
 Log files are untrusted: malformed input (a bad byte, broken or unusable JSON, a missing field, a
-call to a tool the record does not list, a file without records) raises one
+call to a tool the record does not list, a file without records, a call whose arguments break its
+tool's schema and that the log does not show refused: :mod:`envace.data.sources.schema`) raises one
 :class:`~envace.data.sources.records.RecordError`, ``<file>:<line>: <field path>: <problem>``.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.data.sources.records import RecordError, read_jsonl, short, split_position
+from envace.data.sources.schema import argument_error, refused
 from envace.protocol import strict_json
 from envace.protocol.strict_json import JSONRejected
 from envace.types import JSON, CallRecord, Task, ToolCall
@@ -150,6 +152,7 @@ class _Conversation:
         self.user_turns: list[str] = []
         self.gold: list[list[ToolCall]] = []
         self.pending: dict[str, ToolCall] = {}
+        self.fields: dict[str, str] = {}  # call id -> ``messages[i].tool_calls[j]``
         self.answered: dict[str, JSON] = {}
         self.order: list[str] = []
         self.final = ""
@@ -185,6 +188,7 @@ class _Conversation:
             if call_id in self.pending:
                 raise self.at.error(f"{field}.tool_calls[{j}].id", f"duplicate id {short(call_id)}")
             self.pending[call_id] = call
+            self.fields[call_id] = f"{field}.tool_calls[{j}]"
             self.order.append(call_id)
             self.gold[-1].append(call)
         if content:
@@ -206,6 +210,27 @@ class _Conversation:
 
     def recorded(self) -> list[CallRecord]:
         return [CallRecord(self.pending[c], self.answered[c]) for c in self.order if c in self.answered]
+
+    def drop_schema_breaks(self, tools: list[dict[str, Any]]) -> int:
+        """Apply :mod:`envace.data.sources.schema`'s rule: a call whose arguments break its tool's schema
+        stays only as a recorded, error-answered call (out of ``gold``), or refuses the record; the
+        number left out of ``gold``."""
+        dropped = 0
+        for call_id in self.order:
+            call = self.pending[call_id]
+            found = argument_error(call, tools)
+            if found is None:
+                continue
+            path, why = found
+            if call_id not in self.answered or not refused(self.answered[call_id]):
+                answer = "unanswered" if call_id not in self.answered else "answered as a success"
+                raise self.at.error(f"{self.fields[call_id]}.function.arguments{path}",
+                                    f"{why} ({answer}: a call that breaks its tool's schema is kept only "
+                                    "when the log shows the tool refused it)")  # fmt: skip
+            turn = next(t for t, calls in enumerate(self.gold) if any(c is call for c in calls))
+            self.gold[turn] = [c for c in self.gold[turn] if c is not call]
+            dropped += 1
+        return dropped
 
 
 def _optional(record: dict[str, Any], key: str, kind: type | tuple[type, ...], at: Line) -> Any:
@@ -241,6 +266,7 @@ def parse_record(record: Any, at: Line, default_id: str, benchmark: str = "chatl
         conv.add(i, msg)
     if not conv.user_turns:
         raise at.error("messages", "no user message")
+    refused_calls = conv.drop_schema_breaks(tools)
     return Task(
         id=default_id if record_id in (None, "") else str(record_id),
         benchmark=benchmark,
@@ -254,6 +280,7 @@ def parse_record(record: Any, at: Line, default_id: str, benchmark: str = "chatl
             "source": at.source,
             "final_response": conv.final,
             "unanswered_calls": len(conv.order) - len(conv.answered),
+            "refused_calls": refused_calls,
         },
     )
 
