@@ -10,14 +10,16 @@ decoded greedily. Greedy decoding makes the served history reproducible, so each
 session's calls so far and answers the last one (a session of n calls costs n rehearsals).
 
 Arguments are validated against the tool's schema first (``isError`` with the reason, nothing
-rehearsed); a rehearsal that does not parse answers ``isError`` with its structured error. Over
+rehearsed); a rehearsed error, or a rehearsal that does not parse, answers ``isError`` with the
+error object as JSON text (a rehearsal of an earlier call that ran out of its token budget ends the
+session's episode: later calls answer ``NOT_REHEARSED``). Over
 stdio the process is one session; over HTTP (``--port``, on 127.0.0.1 only) each MCP session has its
 own history. ``--check N`` instead rehearses the gold calls of N val tasks beside the real server
 (the same lockstep as validation) and prints the fidelity (exact match, key F1, value F1).
 
-    envace serve-env --config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
-    envace serve-env --config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
-    envace serve-env --config configs/mcp_example.yaml --checkpoint <ckpt> --check 20
+    envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
+    envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
+    envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <ckpt> --check 20
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
 
 #: the user turn the rehearsal sees: an MCP client has no user, only calls
 USER_TURN = "Run these tool calls."
+#: the answer to a call the rehearsal never reached (a rehearsal of an earlier call ended the episode)
+NOT_REHEARSED = {"error": {"code": "NOT_REHEARSED", "message": "the rehearsal of an earlier call ended the session's episode"}}
 SCORES = ("json_valid", "exact_match", "key_f1", "value_f1", "error_agreement")
 
 
@@ -49,10 +53,10 @@ def read_sources(config: str) -> tuple[SourceSpec, SourceSpec | None]:
     try:
         data = (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}).get("data") or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"--config {config}: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"--fit_config {config}: {str(exc).splitlines()[0]}") from None
     train, val = data.get("sources") or [], data.get("val_sources") or []
     if not train:
-        raise ValueError(f"--config {config}: no data.sources: which environment's tools to serve?")
+        raise ValueError(f"--fit_config {config}: no data.sources: which environment's tools to serve?")
     return SourceSpec.parse(train[0]), SourceSpec.parse(val[0]) if val else None
 
 
@@ -100,8 +104,7 @@ class WorldModel:
             return error, True
         responses = self.rehearse([*history, call])
         history.append(call)
-        response = responses[-1] if len(responses) == len(history) else {"error": {"code": "NOT_REHEARSED",
-                                                                                    "message": "no tool turn"}}  # fmt: skip
+        response = responses[-1] if len(responses) == len(history) else NOT_REHEARSED
         return response, is_error(response)
 
     def check(self, tasks: list[Task]) -> dict[str, float]:
@@ -131,7 +134,7 @@ def mcp_server(world: WorldModel) -> Any:
         call = ToolCall(params.name, dict(params.arguments or {}))
         response, failed = await anyio.to_thread.run_sync(world.answer, history, call)
         text = json.dumps(response, ensure_ascii=False)
-        structured = response if isinstance(response, dict) and not failed else None
+        structured = response if isinstance(response, dict) and not failed else None  # the JSON as text too
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     structured_content=structured, is_error=failed)  # fmt: skip
 
@@ -158,7 +161,8 @@ def serve(server: Any, port: int | None) -> None:
 
 
 def serve_env(
-    config: str,
+    *,
+    fit_config: str,
     checkpoint: str,
     port: int | None = None,
     check: int = 0,
@@ -168,7 +172,7 @@ def serve_env(
     """Serve a trained policy's rehearse role as an MCP server (see the module docstring).
 
     Args:
-        config: the fit config the policy was trained with (its first training source gives the tools).
+        fit_config: the fit config the policy was trained with (its first training source gives the tools).
         checkpoint: a Lightning ``.ckpt`` or an ``envace export`` folder.
         port: serve streamable HTTP on 127.0.0.1:PORT/mcp; default: stdio.
         check: instead of serving, rehearse the gold calls of this many val tasks beside the real
@@ -178,14 +182,14 @@ def serve_env(
     """
     from envace.commands.show import load_actor
 
-    train, val = read_sources(config)
+    train, val = read_sources(fit_config)
     tasks = train.load()
     model = load_actor(policy, checkpoint, None, 0)
     limits = RolloutLimits(max_rehearse_tokens=max_rehearse_tokens, max_episode_tokens=8192)
     world = WorldModel(model, served_tools(tasks), tasks[0].system_prompt if tasks else "", limits)
     if check:
         if val is None:
-            raise ValueError(f"--check needs data.val_sources in {config}")
+            raise ValueError(f"--check needs data.val_sources in {fit_config}")
         scores = world.check([t.first_turns(1) for t in val.load()[:check]])
         print(f"envace serve-env --check {check}: {checkpoint} rehearsing {int(scores['pairs'])} gold calls of "
               f"{int(scores['tasks'])} {val.split} tasks beside the real server")  # fmt: skip

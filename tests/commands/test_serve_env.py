@@ -1,0 +1,105 @@
+"""``envace serve-env`` answers an MCP client's tools/list and tools/call (the SDK's client, over stdio
+and over HTTP on 127.0.0.1), and its answers are the checkpoint's own greedy rehearsal of the same calls."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envace.commands.serve_env import NOT_REHEARSED
+from envace.envs.mcp_bridge import MCPSession
+from envace.envs.mcp_spec import ServerSpec
+
+TOOLS = [
+    {"name": "place_order", "description": "Order a product; returns the order with its id.",
+     "parameters": {"type": "object", "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}},
+                    "required": ["sku", "quantity"]}},
+    {"name": "order_status", "description": "The state of an order.",
+     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}},
+]  # fmt: skip
+CALLS = [("place_order", {"sku": "MUG-BLUE", "quantity": 2}), ("order_status", {"order_id": "A1001"})]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A tiny model saved as a folder (what `envace export` writes) and a config naming a task file."""
+    from envace.policy import PolicySpec, load_model
+
+    root = tmp_path_factory.mktemp("serve")
+    load_model(PolicySpec("tiny")).save_pretrained(root / "export")
+    row = {"user_turns": ["Order 2 blue mugs."], "tools": TOOLS, "system_prompt": "You are the shop's assistant."}
+    (root / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    (root / "fit.yaml").write_text(f"data:\n  sources:\n    - {{name: tasks, split: all, path: {root / 'tasks.jsonl'}}}\n")
+    return root
+
+
+def _spec(root: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "envace.cli", "serve-env", "--fit_config", str(root / "fit.yaml"),
+            "--checkpoint", str(root / "export"), "--policy", "tiny", "--max_rehearse_tokens", "24", *extra]  # fmt: skip
+
+
+def _client_answers(spec: ServerSpec) -> tuple[list[str], list[object]]:
+    session = MCPSession(spec)
+    try:
+        names = [t.name for t in session.list_tools()]
+        results = [session.call_tool(name, args) for name, args in CALLS]
+        answers = [json.loads(r.content[0].text) for r in results]  # the rehearsed JSON, an error one too
+        assert [r.is_error for r in results] == ["error" in a for a in answers]
+        bad = session.call_tool("place_order", {"sku": 3})
+        assert bad.is_error and "INVALID_ARGUMENTS" in bad.content[0].text  # validated, nothing rehearsed
+    finally:
+        session.close()
+    return names, answers
+
+
+def _own_rehearsal(root: Path) -> list[object]:
+    """The checkpoint's greedy rehearsal of the first call, and of the second after the first (the
+    answer to the second is NOT_REHEARSED when the rehearsal of the first ended the episode)."""
+    from envace.commands.serve_env import WorldModel
+    from envace.commands.show import load_actor
+    from envace.rollout import RolloutLimits
+    from envace.types import ToolCall
+
+    world = WorldModel(load_actor("tiny", str(root / "export"), None, 0), TOOLS, "You are the shop's assistant.",
+                       RolloutLimits(max_rehearse_tokens=24, max_episode_tokens=8192))  # fmt: skip
+    calls = [ToolCall(n, a) for n, a in CALLS]
+    first, both = world.rehearse(calls[:1]), world.rehearse(calls)
+    assert both[:1] == first  # a later call never changes an earlier answer (greedy, the same context)
+    return [first[0], both[1] if len(both) == 2 else NOT_REHEARSED]
+
+
+@pytest.mark.slow
+def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) -> None:
+    command, *args = _spec(served)
+    spec = ServerSpec(command=command, args=tuple(args), connect_timeout_s=120, call_timeout_s=120)
+    names, answers = _client_answers(spec)
+    assert names == ["place_order", "order_status"]
+    assert answers == _own_rehearsal(served)  # the second answer saw the first call and its answer as context
+
+
+@pytest.mark.slow
+def test_serve_env_over_http_on_loopback(served: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(_spec(served, "--port", str(port)), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.2)
+        names, answers = _client_answers(ServerSpec(url=f"http://127.0.0.1:{port}/mcp", call_timeout_s=120))
+        assert names == ["place_order", "order_status"] and answers == _own_rehearsal(served)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "rehearsing 2 tools over streamable HTTP at http://127.0.0.1:" in err
