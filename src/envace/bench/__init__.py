@@ -3,6 +3,7 @@
     envace bench                          # everything, on the packaged model (< 10 minutes on 2 cores)
     envace bench --only training,rollout  # a subset
     envace bench --quick                  # tiny model, small sizes (the test)
+    envace bench --only rollout --engine vllm   # vLLM (make vllm) beside our engine, same work
 
 Sections (``--only``): ``peak`` (the machine's matmul peak, always measured: it is the reference),
 ``training`` (tokens/s and model FLOP utilisation of one EnvACE update), ``rollout`` (generated
@@ -34,6 +35,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--checkpoint", default=None,
         help="a Lightning checkpoint of --model (e.g. after `make fit`): its weights (LoRA merged) are measured; "
         "the rollout figures depend on what the policy writes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine", default="envace", choices=("envace", "vllm"),
+        help="rollout section: our engine's levers (envace), or vLLM beside our engine on the same work (vllm: "
+        "needs `make vllm`; one server start per sampling dtype)",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the reference peak uses the same)")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
@@ -94,9 +100,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from envace.bench.rollout import bench_rollout
 
         task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
-        result["rollout"] = bench_rollout(
-            module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16
-        )
+        if args.engine == "vllm":
+            from envace.bench.vllm import bench_vllm, default_dtypes
+
+            result["rollout"] = bench_vllm(
+                module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, default_dtypes(bf16)
+            )
+        else:
+            result["rollout"] = bench_rollout(
+                module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16
+            )
         _log("rollout", result["rollout"])
     if "layout" in args.sections:
         from envace.bench.layout import bench_layout

@@ -36,10 +36,11 @@ from envace.types import ROLE_IDS, Task
 
 
 def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampling: SamplingConfig,
-         max_new: int) -> dict[str, Any]:  # fmt: skip
-    """Roll out one episode of ``task`` per seed, ``group`` per rollout; the model's engine stats, and
-    (``episode_tokens``, not for the JSON) the tokens each episode generated."""
-    engine = make_engine(module.policy, module.tokenizer, module.fmt, sampling)
+         max_new: int, engine: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Roll out one episode of ``task`` per seed, ``group`` per rollout (with ``engine``, else a fresh
+    one over the module's policy); the model's engine stats, and (``episode_tokens`` and
+    ``episode_list``, not for the JSON) the tokens each episode generated and the episodes."""
+    engine = engine or make_engine(module.policy, module.tokenizer, module.fmt, sampling)
     actor: Engine
     responder: Responder
     if role == "act":
@@ -50,12 +51,13 @@ def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampl
         limits = RolloutLimits(max_steps_per_turn=2, max_calls_per_step=16, max_rehearse_tokens=max_new,
                                max_episode_tokens=8192)  # fmt: skip
     rollout = make_rollout(actor, module.tokenizer, module.fmt, responder, limits)
-    wall, roles, generated = 0.0, {"act": 0, "rehearse": 0}, []
+    wall, roles, generated, episodes = 0.0, {"act": 0, "rehearse": 0}, [], []
     with quiet():
         for start in range(0, len(seeds), group):
             chunk = seeds[start : start + group]
             seconds, eps = timed(partial(rollout.run, [task], len(chunk), seeds=chunk))
             wall += seconds
+            episodes += eps
             st = summarize(eps)
             roles["act"] += st.act_tokens
             roles["rehearse"] += st.rehearse_tokens
@@ -74,6 +76,7 @@ def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampl
         "prefill_tokens": engine.stats.prefill_tokens,
         "role_tokens": roles,
         "episode_tokens": generated,
+        "episode_list": episodes,
     }
 
 
@@ -89,6 +92,7 @@ def _pair(module: Any, task: Task, role: str, group: int, sampling: SamplingConf
     before = _run(module, task, role, seeds[:half], 1, sampling, max_new)
     batched = _run(module, task, role, seeds, group, sampling, max_new)
     single = _merge(before, _run(module, task, role, seeds[half:], 1, sampling, max_new))
+    batched.pop("episode_list")
     same = sum(a == b for a, b in zip(batched.pop("episode_tokens"), single.pop("episode_tokens"), strict=True))
     return {
         "batched": batched,
@@ -151,6 +155,7 @@ def bench_rollout(
         run = _run(module, task, role, list(range(group_size)), group_size, SamplingConfig(**{**vars(base), **change}),
                    budget)  # fmt: skip
         run.pop("episode_tokens")
+        run.pop("episode_list")
         return run, _ratio(out["policy_weights"][role]["batched"]["tokens_per_s"], run["tokens_per_s"])
 
     for key, off in {"row_reuse": "reuse_rows", "identical_prompts": "share_identical"}.items():

@@ -77,6 +77,8 @@ class SamplingConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.vllm, dict):  # a config read as plain data (an experiment's base settings)
+            self.vllm = VLLMConfig(**self.vllm)
         if self.engine not in ENGINES:
             raise ValueError(f"sampling.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 

@@ -161,8 +161,12 @@ class VLLMServer:
                 time.sleep(1.0)
 
     def dead(self) -> str:
-        """Why the server cannot answer, when its process is known to have ended ('' otherwise)."""
-        if self.process is None or self.process.poll() is None:
+        """Why the server cannot answer, when its process has ended or ends within 2 s ('' otherwise)."""
+        if self.process is None:
+            return ""
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
             return ""
         return f"; the vLLM server process exited with code {self.process.returncode}{self.tail()}"
 
