@@ -33,9 +33,13 @@ def request(kind: str, sku: str, qty: int, rng: random.Random) -> tuple[str, lis
         ask = rng.choice(["Please order {q} of {s}.", "I want {q} x {s}.", "Buy {q} of product {s} for me."])
         return ask.format(q=qty, s=sku), [order]
     if kind == "status":
-        ask = rng.choice(["Order {q} of {s}, then check that order's status.", "Buy {q} x {s} and tell me the order status."])
+        ask = rng.choice(
+            ["Order {q} of {s}, then check that order's status.", "Buy {q} x {s} and tell me the order status."]
+        )
         return ask.format(q=qty, s=sku), [order, {"name": "order_status", "arguments": {"order_id": oid}}]
-    ask = rng.choice(["Order {q} of {s}, then cancel that order.", "Place an order for {q} x {s} and cancel it right away."])
+    ask = rng.choice(
+        ["Order {q} of {s}, then cancel that order.", "Place an order for {q} x {s} and cancel it right away."]
+    )
     return ask.format(q=qty, s=sku), [order, {"name": "cancel_order", "arguments": {"order_id": oid}}]
 
 
@@ -54,8 +58,15 @@ def main() -> None:
         pool = sorted(held_out) if split == "test" and i % 2 == 0 else [s for s in skus if s not in held_out]
         kind = ["price", "order", "status", "cancel"][i % 4]
         text, gold = request(kind, rng.choice(pool), rng.randint(1, 5), rng)
-        rows[split].append({"id": f"shop-{i:04d}", "user_turns": [text], "gold": [gold], "system_prompt": SYSTEM,
-                            "metadata": {"category": kind}})
+        rows[split].append(
+            {
+                "id": f"shop-{i:04d}",
+                "user_turns": [text],
+                "gold": [gold],
+                "system_prompt": SYSTEM,
+                "metadata": {"category": kind},
+            }
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     for split, items in rows.items():
         with (args.out / f"{split}.jsonl").open("w", encoding="utf-8") as fh:

@@ -68,8 +68,11 @@ def search_products(query: str) -> dict:
         query: words to look for, e.g. "blue mug".
     """
     words = query.lower().split()
-    found = [{"sku": sku, "name": name, "price": price} for sku, (name, price) in CATALOG.items()
-             if all(w in f"{sku.lower()} {name}" for w in words)]
+    found = [
+        {"sku": sku, "name": name, "price": price}
+        for sku, (name, price) in CATALOG.items()
+        if all(w in f"{sku.lower()} {name}" for w in words)
+    ]
     return {"products": found}
 
 

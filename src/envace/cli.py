@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "bench": ("envace.bench:main", "speed and memory of training and rollout on this machine (JSON)"),
     "experiment": ("envace.experiment:main", "the arms x seeds comparison grid, resumable, and its report"),
     "export": ("envace.commands.export:main", "a checkpoint's act or rehearse weights as a save_pretrained folder"),
-    "serve-env": ("envace.commands.serve_env:main", "a trained policy's rehearse role served as an MCP server of your tools"),
+    "serve-env": ("envace.commands.serve_env:main", "a trained policy's rehearse role served as an MCP server"),
 }
 #: former names of a command, which still run it after a one-line note
 ALIASES = {"rehearse": "show"}

@@ -35,13 +35,16 @@ def served(tmp_path_factory):
     load_model(PolicySpec("tiny")).save_pretrained(root / "export")
     row = {"user_turns": ["Order 2 blue mugs."], "tools": TOOLS, "system_prompt": "You are the shop's assistant."}
     (root / "tasks.jsonl").write_text(json.dumps(row) + "\n")
-    (root / "fit.yaml").write_text(f"data:\n  sources:\n    - {{name: tasks, split: all, path: {root / 'tasks.jsonl'}}}\n")
+    (root / "fit.yaml").write_text(
+        f"data:\n  sources:\n    - {{name: tasks, split: all, path: {root / 'tasks.jsonl'}}}\n"
+    )
     return root
 
 
 def _spec(root: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "envace.cli", "serve-env", "--fit_config", str(root / "fit.yaml"),
-            "--checkpoint", str(root / "export"), "--policy", "tiny", "--max_rehearse_tokens", "24", *extra]  # fmt: skip
+            "--checkpoint", str(root / "export"), "--policy", "tiny",
+            "--max_rehearse_tokens", "24", *extra]  # fmt: skip
 
 
 def _client_answers(spec: ServerSpec) -> tuple[list[str], list[object]]:

@@ -21,10 +21,11 @@ from envace.envs.mcp_spec import ServerSpec
 from envace.types import Task, ToolCall
 
 SERVER = str(Path(__file__).parent / "servers" / "misbehaving.py")
+OBJECT = "object"
 TOOLS = [
-    {"name": "bump", "description": "Add.", "parameters": {"type": "object", "properties": {"by": {"type": "integer"}}}},
-    {"name": "fail", "description": "Raise.", "parameters": {"type": "object", "properties": {"reason": {"type": "string"}},
-                                                             "required": ["reason"]}},
+    {"name": "bump", "description": "Add.", "parameters": {"type": OBJECT, "properties": {"by": {"type": "integer"}}}},
+    {"name": "fail", "description": "Raise.",
+     "parameters": {"type": OBJECT, "properties": {"reason": {"type": "string"}}, "required": ["reason"]}},
 ]  # fmt: skip
 
 
@@ -98,7 +99,12 @@ def test_arguments_are_validated_before_anything_is_sent():
 
 @pytest.mark.parametrize(
     ("mode", "code", "within_s"),
-    [("crash", "SERVER_CRASHED", 8.0), ("hang", "TIMEOUT", 8.0), ("slow", "TIMEOUT", 8.0), ("garbage", "SERVER_GARBAGE", 8.0)],
+    [
+        ("crash", "SERVER_CRASHED", 8.0),
+        ("hang", "TIMEOUT", 8.0),
+        ("slow", "TIMEOUT", 8.0),
+        ("garbage", "SERVER_GARBAGE", 8.0),
+    ],
 )
 def test_misbehaving_servers_give_structured_errors_within_their_deadlines(mode, code, within_s):
     env = env_of(stdio(mode, call_timeout_s=1.0, connect_timeout_s=6.0))
@@ -167,7 +173,8 @@ def test_bridge_run_is_bounded_and_cancels():
 
 
 def test_spec_errors_are_one_line():
-    for bad, match in [({}, "exactly one of"), ({"url": "ftp://x"}, "not an http"), ({"command": "x", "args": "y"}, "args"),
+    for bad, match in [({}, "exactly one of"), ({"url": "ftp://x"}, "not an http"),
+                       ({"command": "x", "args": "y"}, "args"),
                        ({"command": "x", "call_timeout_s": -1}, "call_timeout_s")]:  # fmt: skip
         with pytest.raises(ValueError, match=match) as info:
             ServerSpec.parse(bad)

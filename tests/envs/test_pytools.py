@@ -25,7 +25,10 @@ def test_plain_functions_become_tools_from_hints_and_docstrings():
     tools = {t["name"]: t for t in python_tools(FUNCTIONS)}
     assert set(tools) == {"word_count", "shout"}  # the private helper is not a tool
     shout = tools["shout"]["parameters"]
-    assert shout["required"] == ["text"] and shout["properties"]["times"] == {"type": "integer", "description": "how many times."}
+    assert shout["required"] == ["text"] and shout["properties"]["times"] == {
+        "type": "integer",
+        "description": "how many times.",
+    }
     env = PythonToolsEnvironment(FUNCTIONS)
     assert env.execute(ToolCall("word_count", {"text": "a b c"})) == {"words": 3}
     assert env.execute(ToolCall("shout", {"text": "hi", "times": 2})) == {"result": "HI HI"}
@@ -47,7 +50,9 @@ def test_a_trl_shaped_class_is_used_unchanged_and_episodes_are_isolated():
 
 def test_python_env_reward_replays_the_calls_into_a_fresh_instance():
     task = Task("c", "counter", user_turns=["go"], env=TRL_CLASS, extra={"metadata": {"target": 2}})
-    hit = Trajectory(task, [], [CallRecord(ToolCall("increment", {"by": 2}), {"error": {"code": "X", "message": "rehearsed"}})])
+    hit = Trajectory(
+        task, [], [CallRecord(ToolCall("increment", {"by": 2}), {"error": {"code": "X", "message": "rehearsed"}})]
+    )
     miss = Trajectory(task, [], [CallRecord(ToolCall("increment", {"by": 5}), {"result": "The counter is now 2."})])
     assert python_env_reward(task, hit).score == 1.0  # the state the calls make, not what the responses said
     assert python_env_reward(task, miss).score == 0.0
@@ -55,7 +60,8 @@ def test_python_env_reward_replays_the_calls_into_a_fresh_instance():
 
 def test_the_tasks_source_reads_a_trl_class_first_message(tmp_path):
     file = tmp_path / "tasks.jsonl"
-    file.write_text('{"user_turns": ["Count to 2."], "gold": [[{"name": "increment", "arguments": {"by": 2}}]], "metadata": {"target": 2}}\n'
+    file.write_text('{"user_turns": ["Count to 2."], "gold": [[{"name": "increment", "arguments": {"by": 2}}]], '
+                    '"metadata": {"target": 2}}\n'
                     '{"user_turns": ["x"], "gold": [[{"name": "rm", "arguments": {}}]]}\n')  # fmt: skip
     with pytest.raises(ValueError, match=r"tasks.jsonl:2: gold\[0\]: calls 'rm', which no listed tool is"):
         load_source("tasks", path=str(file), env=TRL_CLASS)

@@ -29,7 +29,9 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_plain_functions_with_a_user_source_and_reward_train_two_steps(work: Path, monkeypatch) -> None:
     log = work / "reward.log"
     monkeypatch.setenv("ENVACE_TEST_REWARD_LOG", str(log))
-    cli = lightning_cli(["fit", "--config", SMOKE, "--data.sources", "[{name: 'own_tools.plugins:notes_source'}]", *TWO_STEPS])
+    cli = lightning_cli(
+        ["fit", "--config", SMOKE, "--data.sources", "[{name: 'own_tools.plugins:notes_source'}]", *TWO_STEPS]
+    )
     assert cli.trainer.global_step == 2
     scored = log.read_text().split()
     assert len(scored) == 2 and all(s.startswith("notes-") for s in scored)  # the RL step's 1 task x G=2 episodes
@@ -37,10 +39,14 @@ def test_plain_functions_with_a_user_source_and_reward_train_two_steps(work: Pat
 
 @pytest.mark.slow
 def test_a_trl_shaped_class_trains_two_steps(work: Path) -> None:
-    rows = [{"gold": [[{"name": "increment", "arguments": {"by": n}}]], "metadata": {"target": n}} for n in (1, 2, 3, 4)]
+    rows = [
+        {"gold": [[{"name": "increment", "arguments": {"by": n}}]], "metadata": {"target": n}} for n in (1, 2, 3, 4)
+    ]
     (work / "counter.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    source = ("[{name: tasks, path: counter.jsonl, split: all, options: {reward: python-env, "
-              "env: {kind: python, class: 'own_tools.counter_env:CounterEnv'}}}]")
+    source = (
+        "[{name: tasks, path: counter.jsonl, split: all, options: {reward: python-env, "
+        "env: {kind: python, class: 'own_tools.counter_env:CounterEnv'}}}]"
+    )
     cli = lightning_cli(["fit", "--config", SMOKE, "--data.sources", source, *TWO_STEPS])
     assert cli.trainer.global_step == 2
     task = cli.datamodule.train_set[0] if hasattr(cli.datamodule, "train_set") else None
@@ -54,11 +60,19 @@ def test_a_trl_shaped_class_trains_two_steps(work: Path) -> None:
         ("[{name: 'no_such_pkg.mod:load'}]", "ModuleNotFoundError: No module named 'no_such_pkg'"),
         ("[{name: 'own_tools.plugins:NOT_CALLABLE'}]", "not callable (int)"),
         ("[{name: taskz}]", "unknown data source 'taskz'; did you mean 'tasks'?"),
-        ("[{name: tasks, path: x, reward: 'own_tools.plugins:missing'}]", "data.sources[0].reward: reward 'own_tools.plugins:missing'"),
-        ("[{name: tasks, path: x, options: {reward: gold-call}}]", "unknown reward 'gold-call'; did you mean 'gold-calls'?"),
+        (
+            "[{name: tasks, path: x, reward: 'own_tools.plugins:missing'}]",
+            "data.sources[0].reward: reward 'own_tools.plugins:missing'",
+        ),
+        (
+            "[{name: tasks, path: x, options: {reward: gold-call}}]",
+            "unknown reward 'gold-call'; did you mean 'gold-calls'?",
+        ),
     ],
 )
-def test_an_unknown_or_broken_plugin_is_one_line_before_anything_is_built(work: Path, capsys, sources: str, expected: str) -> None:
+def test_an_unknown_or_broken_plugin_is_one_line_before_anything_is_built(
+    work: Path, capsys, sources: str, expected: str
+) -> None:
     rc = main(["fit", "--config", SMOKE, "--data.sources", sources])
     err = capsys.readouterr().err
     assert rc == 2 and expected in err, err
@@ -71,7 +85,12 @@ def test_a_user_reward_is_checked_when_it_scores(monkeypatch) -> None:
     from envace.types import Task, ToolCall, Trajectory
 
     monkeypatch.syspath_prepend(str(OWN))
-    task = Task("notes-0", "notes", gold=[[ToolCall("word_count", {"text": "a"})]], extra={"reward": "own_tools.plugins:called_word_count"})
+    task = Task(
+        "notes-0",
+        "notes",
+        gold=[[ToolCall("word_count", {"text": "a"})]],
+        extra={"reward": "own_tools.plugins:called_word_count"},
+    )
     assert compute_reward(task, Trajectory(task, [])).score == 0.0
     masked = compute_reward(Task("notes-3", "notes", extra=task.extra), Trajectory(task, []))
     assert masked.masked and "returned None" in masked.details["error"]  # "cannot compute": masked, counted

@@ -16,9 +16,18 @@ def notes_source(split: str = "all", path: str | None = None, **options) -> list
 
     tools = python_tools(ENV)
     texts = ["the cat sat", "a b c d", "hello", "one two"]
-    return [Task(id=f"notes-{i}", benchmark="notes", tools=tools, user_turns=[f"How many words are in '{t}'?"],
-                 gold=[[ToolCall("word_count", {"text": t})]], env=ENV,
-                 extra={"reward": "own_tools.plugins:called_word_count"}) for i, t in enumerate(texts)]
+    return [
+        Task(
+            id=f"notes-{i}",
+            benchmark="notes",
+            tools=tools,
+            user_turns=[f"How many words are in '{t}'?"],
+            gold=[[ToolCall("word_count", {"text": t})]],
+            env=ENV,
+            extra={"reward": "own_tools.plugins:called_word_count"},
+        )
+        for i, t in enumerate(texts)
+    ]
 
 
 def called_word_count(task: Task, trajectory: Trajectory) -> float | None:

@@ -157,8 +157,9 @@ def check_plugins(config: Any) -> None:
                 if not isinstance(name, str) or name in table:
                     continue
                 if ":" not in name:
+                    known = ", ".join(sorted(table))
                     raise UsageError(f"{where}.{field}: unknown {what} {name!r}{did_you_mean(name, list(table))} "
-                                     f"(registered: {', '.join(sorted(table))}; or your own as package.module:function)")  # fmt: skip
+                                     f"(registered: {known}; or your own as package.module:function)")  # fmt: skip
                 try:
                     named_callable(name, what)
                 except ValueError as exc:

@@ -44,7 +44,9 @@ from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
 #: the user turn the rehearsal sees: an MCP client has no user, only calls
 USER_TURN = "Run these tool calls."
 #: the answer to a call the rehearsal never reached (a rehearsal of an earlier call ended the episode)
-NOT_REHEARSED = {"error": {"code": "NOT_REHEARSED", "message": "the rehearsal of an earlier call ended the session's episode"}}
+NOT_REHEARSED = {
+    "error": {"code": "NOT_REHEARSED", "message": "the rehearsal of an earlier call ended the session's episode"}
+}
 SCORES = ("json_valid", "exact_match", "key_f1", "value_f1", "error_agreement")
 
 
@@ -79,7 +81,9 @@ class WorldModel:
     policy: Any
     tools: list[ToolSchema]
     system_prompt: str = ""
-    limits: RolloutLimits = field(default_factory=lambda: RolloutLimits(max_rehearse_tokens=128, max_episode_tokens=8192))
+    limits: RolloutLimits = field(
+        default_factory=lambda: RolloutLimits(max_rehearse_tokens=128, max_episode_tokens=8192)
+    )
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def rollout(self) -> Any:

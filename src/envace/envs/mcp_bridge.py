@@ -125,7 +125,7 @@ class MCPSession:
         self._garbage_text = ""
         self._failure: MCPFailure | None = None
         self._closed = False
-        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - lives with the session
         self._slot: threading.BoundedSemaphore | None = None
         self._slot_lock = threading.Lock()
 
@@ -136,7 +136,7 @@ class MCPSession:
         async def pages(session: Any) -> list[Any]:
             tools, cursor = [], None
             while True:
-                params = None if cursor is None else _paginated(cursor)
+                params: Any = None if cursor is None else _paginated(cursor)
                 result = await session.list_tools(params=params)
                 tools.extend(result.tools)
                 cursor = result.next_cursor

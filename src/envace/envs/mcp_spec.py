@@ -71,9 +71,9 @@ class ServerSpec:
         >>> ServerSpec.parse({"url": "http://127.0.0.1:8000/mcp", "max_live": 0})
         Traceback (most recent call last):
         ValueError: max_live must be a positive integer, got 0
-        >>> ServerSpec.parse({"comand": "python"})
+        >>> ServerSpec.parse({"comand": "python"})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        ValueError: unknown MCP server field 'comand'; fields: command, args, env, cwd, url, connect_timeout_s, list_timeout_s, call_timeout_s, max_live
+        ValueError: unknown MCP server field 'comand'; fields: command, args, env, cwd, url, connect_timeout_s, ...
         """
         if isinstance(data, ServerSpec):
             return data

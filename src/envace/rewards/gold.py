@@ -48,12 +48,13 @@ def gold_calls(task: Task, traj: Trajectory) -> RewardOutput:
     """Score = mean per-turn F1 of whole calls against the gold; success = every turn exact (module docstring).
 
     >>> from envace.types import Message
-    >>> t = Task("t", "tasks", user_turns=["a"], gold=[[ToolCall("buy", {"sku": "M"}), ToolCall("status", {"id": "A1"})]])
+    >>> buy, status = ToolCall("buy", {"sku": "M"}), ToolCall("status", {"id": "A1"})
+    >>> t = Task("t", "tasks", user_turns=["a"], gold=[[buy, status]])
     >>> made = lambda *cs: Trajectory(t, [Message("user", "a"), Message("assistant", tool_calls=list(cs))])
-    >>> out = gold_calls(t, made(ToolCall("buy", {"sku": "M"}), ToolCall("status", {"id": "A1"})))
+    >>> out = gold_calls(t, made(buy, status))
     >>> out.score, out.success
     (1.0, True)
-    >>> out = gold_calls(t, made(ToolCall("buy", {"sku": "M"}), ToolCall("status", {"id": "A7"})))
+    >>> out = gold_calls(t, made(buy, ToolCall("status", {"id": "A7"})))
     >>> out.score, out.success
     (0.5, False)
     """

@@ -69,7 +69,9 @@ def user_reward(name: str) -> Callable[[Task, Trajectory], RewardOutput]:
             raise TypeError(f"{name} returned {type(out).__name__}; a reward returns a float in [0, 1] or None")
         if score is not None and not (math.isfinite(score) and 0.0 <= score <= 1.0):
             raise ValueError(f"{name} returned {score!r}, outside [0, 1]")
-        return out if out is not None else RewardOutput(score, score >= 1.0, {"reward": name})
+        if out is not None:
+            return out
+        return RewardOutput(score, score is not None and score >= 1.0, {"reward": name})
 
     reward.__name__ = name.replace(":", ".")
     return reward

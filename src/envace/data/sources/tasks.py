@@ -51,12 +51,49 @@ def _calls(raw: Any, file: Path, line: int, turn: int) -> list[ToolCall]:
     calls = []
     for i, call in enumerate(raw):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise RecordError(file, line, f"{field}[{i}]", f"a call is {{'name': str, 'arguments': {{}}}}, got {short(call)}")
+            raise RecordError(
+                file, line, f"{field}[{i}]", f"a call is {{'name': str, 'arguments': {{}}}}, got {short(call)}"
+            )
         args = call.get("arguments", {})
         if not isinstance(args, dict):
             raise RecordError(file, line, f"{field}[{i}].arguments", f"must be an object, got {short(args)}")
         calls.append(ToolCall(call["name"], args))
     return calls
+
+
+def _turns(row: dict[str, Any], file: Path, line: int, env: Any) -> list[str]:
+    turns = row.get("user_turns")
+    if turns is None and isinstance(env, dict) and env.get("kind") == "python" and env.get("class"):
+        message = first_message(env, row.get("metadata") or {})  # TRL's shape: reset(**row) gives the prompt
+        turns = [message] if message else None
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise RecordError(
+            file, line, "user_turns", f"must be a non-empty list of non-empty strings, got {short(turns)}"
+        )
+    return turns
+
+
+def _tools(row: dict[str, Any], file: Path, line: int, tools: list[ToolSchema] | None) -> list[ToolSchema]:
+    listed = row.get("tools")
+    if listed is None:
+        if tools is None:
+            raise RecordError(file, line, "tools", "no tools in the row and no env option to list them from")
+        return list(tools)
+    if not isinstance(listed, list) or not all(isinstance(t, dict) and "name" in t for t in listed):
+        raise RecordError(file, line, "tools", f"must be a list of tool schemas with a 'name', got {short(listed)}")
+    return listed
+
+
+def _gold(row: dict[str, Any], file: Path, line: int, turns: int, names: set[str]) -> list[list[ToolCall]]:
+    raw = row.get("gold", [])
+    if not isinstance(raw, list) or (raw and len(raw) != turns):
+        raise RecordError(file, line, "gold", f"must hold one list of calls per user turn ({turns}), got {short(raw)}")
+    gold = [_calls(g, file, line, i) for i, g in enumerate(raw)]
+    for i, turn in enumerate(gold):
+        for call in turn:
+            if call.name not in names:
+                raise RecordError(file, line, f"gold[{i}]", f"calls {call.name!r}, which no listed tool is")
+    return gold
 
 
 def parse_row(row: Any, file: Path, line: int, options: dict[str, Any], tools: list[ToolSchema] | None) -> Task:
@@ -66,40 +103,21 @@ def parse_row(row: Any, file: Path, line: int, options: dict[str, Any], tools: l
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise RecordError(file, line, unknown[0], f"unknown field; fields: {', '.join(FIELDS)}")
-    turns = row.get("user_turns")
-    env = options.get("env")
-    if turns is None and isinstance(env, dict) and env.get("kind") == "python" and env.get("class"):
-        message = first_message(env, row.get("metadata") or {})  # TRL's shape: reset(**row) gives the prompt
-        turns = [message] if message else None
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-        raise RecordError(file, line, "user_turns", f"must be a non-empty list of non-empty strings, got {short(turns)}")
-    gold_raw = row.get("gold", [])
-    if not isinstance(gold_raw, list) or (gold_raw and len(gold_raw) != len(turns)):
-        raise RecordError(file, line, "gold", f"must hold one list of calls per user turn ({len(turns)}), got {short(gold_raw)}")
-    gold = [_calls(g, file, line, i) for i, g in enumerate(gold_raw)]
-    row_tools = row.get("tools")
-    if row_tools is not None and (not isinstance(row_tools, list) or not all(isinstance(t, dict) and "name" in t for t in row_tools)):
-        raise RecordError(file, line, "tools", f"must be a list of tool schemas with a 'name', got {short(row_tools)}")
-    task_tools = row_tools if row_tools is not None else tools
-    if task_tools is None:
-        raise RecordError(file, line, "tools", "no tools in the row and no env option to list them from")
-    names = {t["name"] for t in task_tools}
-    for i, turn in enumerate(gold):
-        for call in turn:
-            if call.name not in names:
-                raise RecordError(file, line, f"gold[{i}]", f"calls {call.name!r}, which no listed tool is")
+    turns = _turns(row, file, line, options.get("env"))
+    task_tools = _tools(row, file, line, tools)
+    gold = _gold(row, file, line, len(turns), {t["name"] for t in task_tools})
     metadata = row.get("metadata", {})
     if not isinstance(metadata, dict):
         raise RecordError(file, line, "metadata", f"must be an object, got {short(metadata)}")
     system = row.get("system_prompt", options.get("system_prompt") or "")
     if not isinstance(system, str):
         raise RecordError(file, line, "system_prompt", f"must be a string, got {short(system)}")
-    task_id = row.get("id", f"{file.stem}-{line}")
     extra: dict[str, Any] = {"metadata": metadata}
     if options.get("reward"):
         extra["reward"] = options["reward"]
-    return Task(id=str(task_id), benchmark=options.get("benchmark") or "tasks", category=str(metadata.get("category", "")),
-                system_prompt=system, tools=list(task_tools), user_turns=list(turns), gold=gold,
+    benchmark, category = options.get("benchmark") or "tasks", str(metadata.get("category", ""))
+    return Task(id=str(row.get("id", f"{file.stem}-{line}")), benchmark=benchmark, category=category,
+                system_prompt=system, tools=task_tools, user_turns=list(turns), gold=gold,
                 env=options.get("env"), extra=extra)  # fmt: skip
 
 
@@ -132,10 +150,14 @@ def _dataset_rows(path: Path, split: str) -> list[tuple[Path, int, Any]]:
 def load_tasks(split: str = "all", path: str | None = None, **options: Any) -> list[Task]:
     """The tasks of ``path`` for ``split`` (see the module docstring)."""
     if not path:
-        raise ValueError("source 'tasks' needs a path: a .jsonl file, a folder of <split>.jsonl files, or a datasets folder")
+        raise ValueError(
+            "source 'tasks' needs a path: a .jsonl file, a folder of <split>.jsonl files, or a datasets folder"
+        )
     unknown = sorted(set(options) - {"env", "reward", "benchmark", "system_prompt"})
     if unknown:
-        raise ValueError(f"source 'tasks': unknown option {unknown[0]!r}; options: env, reward, benchmark, system_prompt")
+        raise ValueError(
+            f"source 'tasks': unknown option {unknown[0]!r}; options: env, reward, benchmark, system_prompt"
+        )
     rows = _rows(Path(path), split)
     if not rows:
         raise RecordError(path, None, None, f"no task has split {short(split)}")
