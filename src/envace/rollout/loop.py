@@ -258,6 +258,9 @@ class Rollout:
         return list(zip(parsed.calls, parsed.errors, strict=True))
 
     def _record_response(self, ep: Episode, call: ToolCall, turn: ToolTurn) -> None:
+        if ep.shadow is not None:  # first: a truncated turn below ends the episode, which closes its environments
+            real = ep.shadow.execute(call)
+            ep.fidelity.append(FidelityPair(call, turn.response, real, ep.task.benchmark))
         if turn.ids is not None:  # written inline: the responder opened the header
             if turn.rehearsed:
                 assert turn.logprobs is not None
@@ -270,9 +273,6 @@ class Rollout:
                 ep.finish("truncated")
         else:
             self._context_tool_turn(ep, turn.response)
-        if ep.shadow is not None:
-            real = ep.shadow.execute(call)
-            ep.fidelity.append(FidelityPair(call, turn.response, real, ep.task.benchmark))
         ep.calls.append(CallRecord(call, turn.response))
         ep.writers.append(turn.writer)
         ep.messages.append(Message("tool", json.dumps(turn.response, ensure_ascii=False), name=call.name))
