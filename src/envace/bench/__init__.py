@@ -97,19 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         peaks.append(measure_peak(sizes.peak_sizes, bf16=bf16))
         _log("training", result["training"])
     if "rollout" in args.sections:
-        from envace.bench.rollout import bench_rollout
-
-        task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
-        if args.engine == "vllm":
-            from envace.bench.vllm import bench_vllm, default_dtypes
-
-            result["rollout"] = bench_vllm(
-                module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, default_dtypes(bf16)
-            )
-        else:
-            result["rollout"] = bench_rollout(
-                module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16
-            )
+        result["rollout"] = _rollout(module, sizes, args.engine, bf16)
         _log("rollout", result["rollout"])
     if "layout" in args.sections:
         from envace.bench.layout import bench_layout
@@ -148,6 +136,21 @@ def _header(args: argparse.Namespace, model: str) -> dict[str, Any]:
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (the OpenMP runtime's default)"),
         },
     }
+
+
+def _rollout(module: Any, sizes: Any, engine: str, bf16: bool) -> dict[str, Any]:
+    """The rollout section: our engine's levers, or (``engine == "vllm"``) vLLM beside our engine."""
+    from envace.bench import common
+
+    task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
+    if engine == "vllm":
+        from envace.bench.vllm import bench_vllm, default_dtypes
+
+        dtypes = default_dtypes(bf16)
+        return bench_vllm(module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, dtypes)
+    from envace.bench.rollout import bench_rollout
+
+    return bench_rollout(module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16)
 
 
 def _rollout_task(module: Any, tasks: list[Any]) -> Any:
