@@ -208,5 +208,6 @@ def evaluate(argv: list[str]) -> int:
     check_model_source(str(kwargs["policy"]), "--policy", references=tuple(REFERENCE_POLICIES))
     if kwargs.get("simulator"):
         check_model_source(str(kwargs["simulator"]), "--simulator")
+    check_vllm(kwargs.get("sampling"))
     run_evaluation(**kwargs)
     return 0
