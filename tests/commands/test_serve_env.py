@@ -106,3 +106,19 @@ def test_serve_env_over_http_on_loopback(served: Path) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=20)
     assert "rehearsing 2 tools over streamable HTTP at http://127.0.0.1:" in err
+
+
+def test_check_scores_n_rehearsed_responses_against_the_real_server(served: Path) -> None:
+    from envace.commands.serve_env import WorldModel, read_sources
+    from envace.commands.show import load_actor
+    from envace.rollout import RolloutLimits
+
+    root = Path(__file__).resolve().parents[2]
+    train, val = read_sources(str(root / "configs" / "mcp_example.yaml"))
+    assert val is not None and train.name == val.name == "tasks"
+    tasks = [t.first_turns(1) for t in val.load()[:3]]
+    world = WorldModel(load_actor("tiny", str(served / "export"), None, 0), tasks[0].tools, tasks[0].system_prompt,
+                       RolloutLimits(max_rehearse_tokens=8, max_episode_tokens=8192))  # fmt: skip
+    scores = world.check(tasks, 2)
+    assert scores["pairs"] == 2 and scores["tasks"] == 2
+    assert 0.0 <= scores["value_f1"] <= 1.0 and scores["exact_match"] == 0.0  # an untrained model matches nothing

@@ -14,8 +14,9 @@ rehearsed); a rehearsed error, or a rehearsal that does not parse, answers ``isE
 error object as JSON text (a rehearsal of an earlier call that ran out of its token budget ends the
 session's episode: later calls answer ``NOT_REHEARSED``). Over
 stdio the process is one session; over HTTP (``--port``, on 127.0.0.1 only) each MCP session has its
-own history. ``--check N`` instead rehearses the gold calls of N val tasks beside the real server
-(the same lockstep as validation) and prints the fidelity (exact match, key F1, value F1).
+own history. ``--check N`` instead rehearses N responses to the val tasks' gold calls beside the
+real server's (the same lockstep as validation) and prints their fidelity (exact match, key F1,
+value F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -111,10 +112,12 @@ class WorldModel:
         response = responses[-1] if len(responses) == len(history) else NOT_REHEARSED
         return response, is_error(response)
 
-    def check(self, tasks: list[Task]) -> dict[str, float]:
-        """Mean fidelity of the rehearsed gold calls' responses against the real server's (lockstep)."""
+    def check(self, tasks: list[Task], n: int) -> dict[str, float]:
+        """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most
+        ``n`` of them: each has one call or more) against the real server's, in lockstep."""
+        tasks = tasks[:n]
         pairs = [score_pair(p.rehearsed, p.real) for ep in self.rollout().run(tasks, 1, seeds=list(range(len(tasks))))
-                 for p in ep.fidelity]  # fmt: skip
+                 for p in ep.fidelity][:n]  # fmt: skip
         out = {name: fmean(getattr(s, name) for s in pairs) if pairs else float("nan") for name in SCORES}
         return {**out, "pairs": float(len(pairs)), "tasks": float(len(tasks))}
 
@@ -179,8 +182,8 @@ def serve_env(
         fit_config: the fit config the policy was trained with (its first training source gives the tools).
         checkpoint: a Lightning ``.ckpt`` or an ``envace export`` folder.
         port: serve streamable HTTP on 127.0.0.1:PORT/mcp; default: stdio.
-        check: instead of serving, rehearse the gold calls of this many val tasks beside the real
-            server and print the fidelity.
+        check: instead of serving, rehearse this many responses to the gold calls of the val tasks
+            beside the real server's, and print their fidelity.
         max_rehearse_tokens: most tokens per rehearsed response.
         policy: the base model of a ``.ckpt`` that does not name one.
     """
@@ -194,9 +197,9 @@ def serve_env(
     if check:
         if val is None:
             raise ValueError(f"--check needs data.val_sources in {fit_config}")
-        scores = world.check([t.first_turns(1) for t in val.load()[:check]])
-        print(f"envace serve-env --check {check}: {checkpoint} rehearsing {int(scores['pairs'])} gold calls of "
-              f"{int(scores['tasks'])} {val.split} tasks beside the real server")  # fmt: skip
+        scores = world.check([t.first_turns(1) for t in val.load()], check)
+        print(f"envace serve-env --check {check}: {checkpoint} rehearsed {int(scores['pairs'])} responses to the gold "
+              f"calls of {int(scores['tasks'])} {val.split} tasks, beside the real server's")  # fmt: skip
         print("  " + "  ".join(f"{name} {scores[name]:.3f}" for name in SCORES))
         return 0
     where = f"streamable HTTP at http://127.0.0.1:{port}/mcp" if port else "stdio"
