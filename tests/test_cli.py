@@ -22,7 +22,7 @@ from envace.commands.preflight import check_model_source
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
-EVERY_COMMAND = ("fit", "validate", "data", "show", "evaluate", "bench", "experiment", "export")
+EVERY_COMMAND = ("fit", "validate", "data", "show", "evaluate", "bench", "experiment", "export", "serve-env")
 
 
 @pytest.fixture()
