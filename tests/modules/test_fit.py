@@ -52,11 +52,14 @@ def test_fit_warm_start_then_rl_logs_and_resumes(tmp_path: Path) -> None:
     for key in ("train/reward/all", "train/rl/reward/group_std", "train/rollout/act_tokens",
                 "val/imagined/fidelity/pairs", "val/imagined/fidelity_gold/pairs", "val/imagined/proxy_score/all",
                 "val/committed/official_success/bfcl", "val/committed/proxy_score/bfcl", "val/committed/proxy_gap/bfcl",
-                "val/committed/turn_score/bfcl", "train/rollout/tokens_per_s"):  # fmt: skip
+                "val/committed/turn_score/bfcl", "train/rollout/tokens_per_s",
+                "train/official/disagree/all", "train/rl/kl"):  # fmt: skip
         assert key in tags, key
     last = next(tmp_path.rglob("last.ckpt"))
-    state = torch.load(last, weights_only=False)["state_dict"]
-    assert state and all("lora_" in k for k in state)  # LoRA checkpoints keep the trainable weights only
+    saved = torch.load(last, weights_only=False)["state_dict"]
+    assert saved and all("lora_" in k for k in saved)  # LoRA checkpoints keep the trainable weights only
+    assert {k.split(".", 1)[0] for k in saved} == {"policy", "reference"}  # and the frozen warm start's (KL)
+    state = {k: v for k, v in saved.items() if k.startswith("policy.")}
     from envace.policy import PolicySpec, load_checkpoint
 
     reloaded = dict(load_checkpoint(PolicySpec("tiny"), str(last)).named_parameters())  # weights_only load

@@ -176,6 +176,43 @@ def log_scalars(
         pl_module.log_dict(scalars, batch_size=max(n, 1), sync_dist=sync)
 
 
+def official_agreement(
+    episodes: list[Episode], official: list[RewardOutput | None], proxy: list[RewardOutput]
+) -> dict[str, float]:
+    """``official/*`` of a training step: the benchmark's official checker on the calls the training
+    reward scored (in its own fresh instances, off the training path: it feeds nothing back, and
+    its executions are not the arm's ``cost/env_calls``), and how often the two disagree on
+    success: ``proxy_only`` (the reward paid what the checker fails: it teaches a wrong thing) and
+    ``official_only`` (it withheld what the checker passes). Episodes either side could not score
+    are left out; ``official/scored`` counts the rest.
+
+    >>> from envace.types import Task
+    >>> from types import SimpleNamespace as NS
+    >>> eps = [NS(task=Task(i, "bfcl")) for i in "abc"]
+    >>> official = [RewardOutput(0.0, False), RewardOutput(1.0, True), None]
+    >>> out = official_agreement(eps, official, [RewardOutput(1.0, True)] * 3)
+    >>> [out[f"official/{k}/bfcl"] for k in ("success", "disagree", "proxy_only", "official_only")]
+    [0.5, 0.5, 0.5, 0.0]
+    >>> out["official/scored"]
+    2.0
+    """
+    out: dict[str, float] = {}
+    scored = 0
+    for bench, pairs in _by_benchmark(episodes, list(zip(official, proxy, strict=True))).items():
+        both = [(o, p) for o, p in pairs if o is not None and o.score is not None and p.score is not None]
+        if not both:
+            continue
+        n = len(both)
+        out[f"official/success/{bench}"] = sum(o.success for o, _ in both) / n
+        out[f"official/disagree/{bench}"] = sum(o.success != p.success for o, p in both) / n
+        out[f"official/proxy_only/{bench}"] = sum(p.success and not o.success for o, p in both) / n
+        out[f"official/official_only/{bench}"] = sum(o.success and not p.success for o, p in both) / n
+        scored = n if bench == "all" else scored
+    if out:
+        out["official/scored"] = float(scored)
+    return out
+
+
 class RolloutLogger(pl.Callback):
     """Logs ``train/reward/*``, ``train/success/*``, ``train/act/*``, ``train/rollout/*`` and ``cost/*``
     after each RL step (once, at that step), and after each validation epoch ``val/committed/*`` (the
@@ -183,10 +220,17 @@ class RolloutLogger(pl.Callback):
     ``act_tool_f1``) and ``val/imagined/*`` (the proxy's score of the episodes whose calls the policy
     answered itself — biased toward self-rehearsal, shown for comparison only), with one transcript
     of each family. At fit start it writes TensorBoard's custom-scalars layout
-    (:data:`~envace.callbacks.board.LAYOUT`)."""
+    (:data:`~envace.callbacks.board.LAYOUT`).
 
-    def __init__(self) -> None:
+    Args:
+        official_on_train: also score every training episode with the benchmark's official checker
+            and log ``train/official/*`` (:func:`official_agreement`): a training reward that
+            disagrees with the benchmark shows up as a curve, not as a surprise at evaluation.
+    """
+
+    def __init__(self, official_on_train: bool = True) -> None:
         self._val: list[ValStepOutput] = []
+        self.official_on_train = official_on_train
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         write_layout(trainer)
@@ -199,6 +243,11 @@ class RolloutLogger(pl.Callback):
         scalars = reward_metrics(out["episodes"], out["rewards"])
         scalars |= act_metrics(out["episodes"])
         scalars |= rollout_metrics(out["rollout"])
+        if self.official_on_train:
+            from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
+
+            official = [official_score(e) for e in out["episodes"]]
+            scalars |= official_agreement(out["episodes"], official, out["rewards"])
         log_step(pl_module, {f"train/{k}": v for k, v in scalars.items()})
         log_step(pl_module, cost_metrics(out["rollout"]), always=True)
         if "reward/all" in scalars:
