@@ -132,6 +132,17 @@ def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
             except (ValueError, MisconfigurationException) as exc:  # a config value a class refuses
                 raise UsageError(str(exc).strip().splitlines()[0]) from exc
 
+        def before_fit(self) -> None:
+            """``--ckpt_path last``: the run's latest last.ckpt across logger versions, or a one-line
+            refusal, never Lightning's silent start from step 0 (:mod:`envace.commands.resume`)."""
+            from envace.commands.resume import resolve_last
+
+            config = self.config_init[self.subcommand]
+            if config.get("ckpt_path") == "last":
+                config["ckpt_path"] = resolve_last(self.trainer)
+
+        before_validate = before_fit
+
     return EnvACECLI(
         PolicyModule,
         EnvACEDataModule,
