@@ -74,13 +74,19 @@ def oracle_acts(self: EnvACEModule, responder: Responder, lockstep: bool = False
 
 
 def fit_arm(
-    tmp: Path, arm: str, monkeypatch: pytest.MonkeyPatch, *extra: str, ckpt: Path | None = None, steps: int = 4
+    tmp: Path,
+    arm: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *extra: str,
+    ckpt: Path | None = None,
+    steps: int = 4,
+    reward: Any = None,
 ) -> tuple[EnvACEModule, Probe]:
     """Fit the smoke config (2 warm-start + 2 RL steps, LoRA, no validation) with ``arm``'s overlay,
     the gold calls acting (:func:`oracle_acts`). Rewards alternate 0, 1 within each group, so every RL
     step has a non-zero advantage (the random tiny model would score 0 everywhere)."""
     scores = itertools.cycle([0.0, 1.0])
-    monkeypatch.setattr(EnvACEModule, "reward", lambda self, ep: RewardOutput(next(scores), False))
+    monkeypatch.setattr(EnvACEModule, "reward", reward or (lambda self, ep: RewardOutput(next(scores), False)))
     monkeypatch.setattr(EnvACEModule, "rollout", oracle_acts)
     before = os.getcwd()
     os.chdir(tmp)
@@ -228,3 +234,33 @@ def test_the_kl_reference_is_the_frozen_warm_start_not_the_base(tmp_path, monkey
     (tmp_path / "base").mkdir()
     based, _ = fit_arm(tmp_path / "base", "envace", monkeypatch, "--model.init_args.kl_reference", "base")
     assert based.reference is None
+
+
+def test_dynamic_sampling_replaces_groups_without_reward_variance(tmp_path, monkeypatch) -> None:
+    """DAPO's dynamic sampling: a group whose rewards are all equal (no gradient) is replaced by a fresh
+    training task's group whose rewards vary; the step's cost counts every episode sampled."""
+    from envace.modules.envace import flat_groups
+
+    turns = itertools.count()
+
+    def reward(self, ep) -> RewardOutput:  # tasks whose index is 0 mod 4 never vary; the others alternate 0, 1
+        if int(ep.task.id.rsplit("_", 1)[1]) % 4 == 0:
+            return RewardOutput(1.0, True)
+        return RewardOutput(float(next(turns) % 2), False)
+
+    steps = []
+    rl_step = EnvACEModule.rl_step
+
+    def spy(self, batch):
+        out = rl_step(self, batch)
+        steps.append(([r.score for r in out["rewards"]], [e.group for e in out["episodes"]], out["rollout"].episodes))
+        return out
+
+    monkeypatch.setattr(EnvACEModule, "rl_step", spy)
+    fit_arm(tmp_path, "real_env", monkeypatch, "--model.init_args.dynamic_sampling", "4", "--data.tasks_per_step", "2",
+            "--model.init_args.group_size", "4", reward=reward)  # fmt: skip
+    assert len(steps) == 2
+    for scores, groups, _ in steps:
+        assert len(scores) == 8 and groups == [0] * 4 + [1] * 4
+        assert flat_groups(scores, 4) == []  # every group of the step carries signal
+    assert sum(sampled for *_, sampled in steps) > 16  # flat groups were sampled, counted, and replaced

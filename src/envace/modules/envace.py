@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Literal
 
 import torch
@@ -14,7 +15,19 @@ from envace.modules.base import PolicyModule
 from envace.modules.logprobs import chunked_logprobs, selected_logprobs
 from envace.modules.outputs import RLStepOutput, TrainStepOutput
 from envace.modules.simulator import SimulatorSpec, build_simulator, copy_policy_into, own_parameters, routed_logprobs
-from envace.rollout import ExternalSimulator, PolicyRehearsal, Rehearsal, Responder, SamplingEngine, make_engine
+from envace.rewards import RewardOutput
+from envace.rollout import (
+    Episode,
+    ExternalSimulator,
+    PolicyRehearsal,
+    Rehearsal,
+    Responder,
+    RolloutResult,
+    SamplingEngine,
+    make_engine,
+    summarize,
+)
+from envace.types import Task
 
 
 class EnvACEModule(PolicyModule):
@@ -45,6 +58,11 @@ class EnvACEModule(PolicyModule):
             or ``base`` (the adapters disabled: the base model, which at 135M writes no call at all,
             so a KL to it pulls the policy away from tool use). ``warm_start`` is kept and its KL
             logged even when the loss's ``kl_coef`` is 0: how far RL has moved the policy.
+        dynamic_sampling: DAPO's dynamic sampling, at most this many extra rollout rounds per step:
+            a group whose rewards are all equal carries no gradient, so it is replaced by the group
+            of a training task drawn afresh (seeded by the run's seed and the step) when that group's
+            rewards vary. Every sampled episode counts in ``cost/*``; 0 (default) keeps the step's
+            groups as they are.
         **kwargs: see :class:`~envace.modules.base.PolicyModule`.
     """
 
@@ -58,6 +76,7 @@ class EnvACEModule(PolicyModule):
         warm_start_only: bool = False,
         rl_lr_scale: float = 1.0,
         kl_reference: Literal["warm_start", "base"] = "warm_start",
+        dynamic_sampling: int = 0,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -76,6 +95,9 @@ class EnvACEModule(PolicyModule):
         if kl_reference not in ("warm_start", "base"):
             raise ValueError(f"kl_reference must be 'warm_start' or 'base', got {kl_reference!r}")
         self.kl_reference = kl_reference
+        if dynamic_sampling < 0:
+            raise ValueError(f"dynamic_sampling must be >= 0, got {dynamic_sampling}")
+        self.dynamic_sampling = dynamic_sampling
         self.reference: Any = None  # the frozen warm-start copy (configure_model)
         self._reference_ready = False
 
@@ -196,10 +218,11 @@ class EnvACEModule(PolicyModule):
     def rl_step(self, batch: StepBatch) -> RLStepOutput:
         """Roll out G episodes per task, score them, and take the role-wise GRPO loss."""
         result = self.run_episodes(batch.tasks, self.group_size, self.training_responder())
-        episodes = result.episodes
+        episodes, rewards = result.episodes, [self.reward(e) for e in result.episodes]
+        if self.dynamic_sampling:
+            episodes, rewards, result = self.resample_flat_groups(episodes, rewards, result)
         for engine in self.engines():
             engine.reset_cache()  # the rollout's keys and values are dead weight through the update
-        rewards = [self.reward(e) for e in episodes]
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
         inputs = LossInputs(
             logprobs=tokens.logprobs,  # replaced by the policy's, chunk by chunk, in update()
@@ -208,11 +231,45 @@ class EnvACEModule(PolicyModule):
             loss_mask=tokens.loss_mask,
             rewards=torch.tensor([math.nan if r.score is None else r.score for r in rewards], device=self.device),
             group_ids=torch.tensor([e.group for e in episodes], device=self.device),
-            ref_logprobs=self.reference_logprobs(tokens) if self.loss.kl_coef > 0 or self.reference is not None else None,
+            ref_logprobs=self.reference_logprobs(tokens)
+            if self.loss.kl_coef > 0 or self.reference is not None
+            else None,
         )
         loss, stats = self.update(tokens, lambda lp: self.loss(inputs._replace(logprobs=lp)), self.loss_temperature)
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
         return RLStepOutput(loss=loss, episodes=episodes, rewards=rewards, rollout=result.stats)
+
+    def resample_flat_groups(
+        self, episodes: list[Episode], rewards: list[RewardOutput], result: RolloutResult
+    ) -> tuple[list[Episode], list[RewardOutput], RolloutResult]:
+        """Dynamic sampling (``dynamic_sampling`` rounds): each group without reward variance is replaced
+        by a fresh training task's group that has some; the result counts every sampled episode."""
+        g, sampled, seconds, replaced = self.group_size, list(episodes), result.stats.seconds, 0
+        datamodule = getattr(self._trainer, "datamodule", None)
+        pool: list[Task] = getattr(datamodule, "train_set", [])
+        gen = torch.Generator().manual_seed(int(os.environ.get("PL_GLOBAL_SEED", 0)) * 1_000_003 + self.global_step)
+        for _ in range(self.dynamic_sampling):
+            flat = flat_groups([r.score for r in rewards], g)
+            if not flat or not pool:
+                break
+            tasks = [pool[int(i)] for i in torch.randint(len(pool), (len(flat),), generator=gen)]
+            more = self.run_episodes(tasks, g, self.training_responder())
+            sampled += more.episodes
+            seconds += more.stats.seconds
+            fresh = [self.reward(e) for e in more.episodes]
+            with_signal = [k for k in range(len(tasks)) if k not in set(flat_groups([r.score for r in fresh], g))]
+            for slot, k in zip(flat, with_signal, strict=False):
+                episodes[slot * g : (slot + 1) * g] = more.episodes[k * g : (k + 1) * g]
+                rewards[slot * g : (slot + 1) * g] = fresh[k * g : (k + 1) * g]
+                replaced += 1
+        for i, e in enumerate(episodes):
+            e.group = i // g  # the groups of the step, in order
+        self.log_stats("train/rl/dynamic", {"replaced": float(replaced), "sampled": float(len(sampled))}, len(episodes))
+        return (
+            episodes,
+            rewards,
+            RolloutResult(episodes, summarize(sampled, seconds, result.stats.generated_tokens_per_s)),
+        )
 
     @torch.no_grad()
     def reference_logprobs(self, tokens: Any) -> Tensor:
@@ -227,3 +284,18 @@ class EnvACEModule(PolicyModule):
         with self.policy.disable_adapter():
             return chunked_logprobs(lambda b: selected_logprobs(self.policy, b, temperature=t), tokens,
                                     self._chunk_tokens())  # fmt: skip
+
+
+def flat_groups(scores: list[float | None], group_size: int) -> list[int]:
+    """Indices of the groups (consecutive ``group_size`` episodes) whose scored rewards are all equal:
+    their advantages are 0 and they carry no gradient (unscored episodes are left out).
+
+    >>> flat_groups([1.0, 1.0, 0.0, 1.0, None, 0.0, 0.0, 0.0], 2)
+    [0, 2, 3]
+    """
+    out = []
+    for k in range(len(scores) // group_size):
+        scored = {s for s in scores[k * group_size : (k + 1) * group_size] if s is not None}
+        if len(scored) <= 1:
+            out.append(k)
+    return out
