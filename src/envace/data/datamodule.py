@@ -226,9 +226,8 @@ class EnvACEDataModule(pl.LightningDataModule):
             validation set in source order, so that a few tasks still cover its categories and
             API classes rather than the first scenario family.
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
-        seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the
-            run's ``seed_everything``, so that runs of different seeds see their data in different
-            orders (a supervised control's seeds are otherwise one run).
+        seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the run's
+            ``seed_everything`` (runs of other seeds see other orders: else a control's seeds are one run).
         num_workers: DataLoader worker processes.
     """
 
@@ -364,11 +363,6 @@ class EnvACEDataModule(pl.LightningDataModule):
 
     # -- loaders -------------------------------------------------------------------------------
     @property
-    def order_seed(self) -> int:
-        """The seed of the data order: ``seed``, else the run's ``seed_everything`` (0 when unset)."""
-        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-
-    @property
     def pad_id(self) -> int:
         return int(self.encoder.tokenizer.pad_token_id)
 
@@ -376,9 +370,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         """One :class:`StepBatch` per step; an epoch is ``ceil(len(train tasks) / tasks_per_step)`` steps."""
         if not self.train_set:
             raise ValueError("no training tasks: check the sources, max_prompt_tokens and limit (stats())")
-        steps = StepSampler(
-            len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, self.order_seed
-        )
+        seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
+        steps = StepSampler(len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, seed)
         dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
         if self.trainer is not None and self.trainer.world_size > 1:
             # Lightning re-creates a multi-process loader around a DistributedSampler, which shares

@@ -45,7 +45,7 @@ def last_checkpoint(cfg: ExperimentConfig, key: str) -> Path:
 
 def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     """The ``envace fit`` arguments of a ``warm_start`` or ``run`` unit (configs first, then overrides)."""
-    configs, variant = ["--config", cfg.base], []
+    configs, variant = ["--config", cfg.base], list[str]()
     if unit.kind == "run":
         overlay, variant = cfg.run_args(unit.arm)
         configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{overlay}.yaml")]
