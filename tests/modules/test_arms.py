@@ -17,6 +17,7 @@ from envace.cli import lightning_cli
 from envace.data.batch import collate_episodes
 from envace.losses import LossInputs
 from envace.modules import EnvACEModule
+from envace.modules.logprobs import selected_logprobs
 from envace.protocol.tokens import PieceEncoder
 from envace.rewards import RewardOutput
 from envace.rollout import PolicyRehearsal, Responder, Rollout
@@ -228,7 +229,9 @@ def test_the_kl_reference_is_the_frozen_warm_start_not_the_base(tmp_path, monkey
     with module.policy.disable_adapter():
         base = module._logprobs(tokens)
     mask = tokens.loss_mask.bool()
-    assert not torch.allclose(module.reference_logprobs(tokens)[mask], base[mask])
+    ref_lp = module.reference_logprobs(tokens)  # each group's shared prefix run once
+    assert not torch.allclose(ref_lp[mask], base[mask])
+    assert torch.allclose(ref_lp[mask], selected_logprobs(module.reference, tokens)[mask], atol=1e-4)
     ckpt = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
     assert {k for k in ckpt["state_dict"] if k.startswith("reference.")} == ref and ckpt["envace"]["reference_ready"]
     (tmp_path / "base").mkdir()

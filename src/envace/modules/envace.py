@@ -12,7 +12,7 @@ from torch import Tensor
 from envace.data.batch import StepBatch, TokenBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
 from envace.modules.base import PolicyModule
-from envace.modules.logprobs import chunked_logprobs, selected_logprobs
+from envace.modules.logprobs import chunked_logprobs
 from envace.modules.outputs import RLStepOutput, TrainStepOutput
 from envace.modules.simulator import SimulatorSpec, build_simulator, copy_policy_into, own_parameters, routed_logprobs
 from envace.rewards import RewardOutput
@@ -278,12 +278,13 @@ class EnvACEModule(PolicyModule):
         if self.policy_spec.lora is None:
             raise ValueError("kl_coef > 0 needs a reference: use LoRA (its frozen base is shared by the reference)")
         t = self.loss_temperature  # the same distribution as the policy's log-probs in the loss
-        if self.reference is not None:
+        if self.reference is not None:  # each row chunk's shared prefix run once, as in the update
             ref = self.reference
-            return chunked_logprobs(lambda b: selected_logprobs(ref, b, temperature=t), tokens, self._chunk_tokens())
+            return chunked_logprobs(lambda b: self._model_logprobs(ref, b, t), tokens, self._chunk_tokens(),
+                                    self._prefix)  # fmt: skip
         with self.policy.disable_adapter():
-            return chunked_logprobs(lambda b: selected_logprobs(self.policy, b, temperature=t), tokens,
-                                    self._chunk_tokens())  # fmt: skip
+            return chunked_logprobs(lambda b: self._model_logprobs(self.policy, b, t), tokens,
+                                    self._chunk_tokens(), self._prefix)  # fmt: skip
 
 
 def flat_groups(scores: list[float | None], group_size: int) -> list[int]:
