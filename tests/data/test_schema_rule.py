@@ -20,7 +20,7 @@ QUOTE = {"type": "function", "function": {"name": "quote", "parameters": {
     "type": "object", "properties": {"symbol": {"type": "string"}, "days": {"type": "integer", "minimum": 1},
                                      "legs": {"type": "array", "items": {"type": "object", "properties": {
                                          "qty": {"type": "integer"}}}}},
-    "required": ["symbol"]}}}  # fmt: skip
+    "required": ["symbol"], "additionalProperties": False}}}  # fmt: skip
 
 
 def _log(tmp_path: Path, args: dict, answer: str | None, retry: dict | None = None) -> Path:

@@ -13,8 +13,10 @@ tool does not take; a tool not offered at that turn) teaches a wrong call, so it
   answer) refuses the record: one line naming the file, line and field,
   ``logs.jsonl:3: messages[2].tool_calls[0].function.arguments.symbol: 5 is not of type 'string'``.
 
-The check is the one the rollout applies to a model's call (:func:`envace.protocol.parse.validate_call`,
-BFCL's Python type names mapped), so data and rollouts agree on what a valid call is. Chat logs apply
+The check is JSON Schema's, with BFCL's Python type names mapped as the rollout's
+:func:`envace.protocol.parse.validate_call` maps them; an argument the schema does not list breaks
+it only where the schema says ``additionalProperties: false`` (the rollout, stricter, refuses any
+unlisted argument a model writes). Chat logs apply
 it while reading (:mod:`envace.data.sources.chatlog`); ``envace data prepare`` applies it to the
 tasks of every other source (:func:`gold_breaks`).
 """
@@ -38,7 +40,7 @@ def argument_error(call: ToolCall, tools: list[ToolSchema]) -> tuple[str, str] |
     the arguments object: ``""``, ``.symbol``, ``.items[0].qty``); ``None`` when it is valid.
 
     >>> tools = [{"name": "quote", "parameters": {"type": "object", "properties": {"symbol": {"type": "string"}},
-    ...           "required": ["symbol"]}}]
+    ...           "required": ["symbol"], "additionalProperties": False}}]
     >>> argument_error(ToolCall("quote", {"symbol": 5}), tools)
     ('.symbol', "5 is not of type 'string'")
     >>> argument_error(ToolCall("quote", {}), tools)
@@ -55,7 +57,7 @@ def argument_error(call: ToolCall, tools: list[ToolSchema]) -> tuple[str, str] |
         return "", f"no tool named {call.name!r} is offered here"
     schema = _parameters(by_name[call.name])
     known = schema.get("properties")
-    if isinstance(known, dict) and schema.get("additionalProperties", False) is False:
+    if isinstance(known, dict) and schema.get("additionalProperties") is False:  # JSON Schema: extras allowed
         extra = sorted(set(call.arguments) - set(known))
         if extra:
             takes = ", ".join(repr(k) for k in known) or "no arguments"
