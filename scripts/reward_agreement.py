@@ -86,6 +86,7 @@ def report(rows: list[Row]) -> dict[str, Any]:
     _table("kind", c["by_kind"])
     _table("API class (extra writes)", c["by_class"])
     _table("extra write answered", c["by_fate"])
+    _table("per-class kind / API class", c["by_kind_class"])
     disagreements = [r for r in rows if not r.agree]
     print(f"\n{len(disagreements)} disagreements:")
     for r in disagreements:

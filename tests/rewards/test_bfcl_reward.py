@@ -226,10 +226,14 @@ def test_multi_turn_hand_example() -> None:
     assert bfcl_multi_turn(task, traj_of(task, extra)).score == 1.0
     swapped = [gold[0][::-1], [], gold[2]]
     assert bfcl_multi_turn(task, traj_of(task, swapped)).details["turns"] == [False, True, True]
-    # a call in the empty gold turn fails that turn only: 2/3
+    # a turn whose gold is empty is not judged, as in the official checker: its calls run before the
+    # next turn's and count as that turn's first calls (a read passes, a write there fails turn 2)
     busy = [gold[0], [ToolCall("ls", {})], gold[2]]
-    r = bfcl_multi_turn(task, traj_of(task, busy))
-    assert r.score == pytest.approx(2 / 3) and not r.success
+    assert bfcl_multi_turn(task, traj_of(task, busy)).details["turns"] == [True, True, True]
+    moved = [gold[0], gold[2], []]  # turn 2's only call made a turn early: turn 2 itself makes no call
+    assert bfcl_multi_turn(task, traj_of(task, moved)).details["failures"] == ["turn 2: no call"]
+    written = [gold[0], [ToolCall("mkdir", {"dir_name": "x"})], gold[2]]
+    assert bfcl_multi_turn(task, traj_of(task, written)).details["turns"] == [True, True, False]
     # empty episode: only the empty gold turn passes -> 1/3; no user messages at all -> 0
     assert bfcl_multi_turn(task, traj_of(task, [[], [], []])).score == pytest.approx(1 / 3)
     assert bfcl_multi_turn(task, Trajectory(task, [])).score == 0.0

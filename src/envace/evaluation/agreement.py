@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace.evaluation.bfcl import official_verdict
-from envace.evaluation.perturb import KINDS, PER_CLASS, PROBES, Perturbation, Script, perturb
+from envace.evaluation.perturb import CLASS_KINDS, KINDS, PER_CLASS, PROBES, Perturbation, Script, perturb
 from envace.evaluation.perturb_calls import _valid
-from envace.rewards.bfcl_effects import public
+from envace.rewards.bfcl_effects import UNCALLED, public
 from envace.rewards.bfcl_effects_table import EFFECTS
 from envace.rewards.bfcl_turns import bfcl_multi_turn
 from envace.rollout.engine import Request, Sample
@@ -167,15 +167,25 @@ def confusion(rows: list[Row]) -> dict[str, Any]:
     chance = p_ours * p_off + (1 - p_ours) * (1 - p_off)
     kappa = (agree - chance) / (1 - chance) if chance < 1 else 1.0
     by_kind = _counts(rows, lambda r: f"{r.source}/{r.kind}" if r.kind else r.source)
-    by_class = _counts([r for r in rows if r.api_class], lambda r: r.api_class)
+    by_class = _counts([r for r in rows if r.api_class and r.kind not in CLASS_KINDS], lambda r: r.api_class)
+    per_class = [r for r in rows if r.api_class and r.kind in CLASS_KINDS]
+    by_kind_class = _counts(per_class, lambda r: f"{r.kind}/{r.api_class}")
     by_fate = _counts([r for r in rows if r.added], lambda r: r.added)
     return {"n": n, "matrix": matrix, "agreement": agree, "kappa": kappa, "by_kind": by_kind, "by_class": by_class,
-            "by_fate": by_fate}  # fmt: skip
+            "by_fate": by_fate, "by_kind_class": by_kind_class}  # fmt: skip
 
 
 def write_classes() -> list[str]:
     """The API classes with a tool that changes compared state (the :data:`PER_CLASS` strata)."""
     return sorted(c for c, tools in EFFECTS.items() if any(public(a) for _, w in tools.values() for a in w))
+
+
+def _classes(kind: str) -> list[str]:
+    """The API classes a kind is drawn per: those with writes for :data:`PER_CLASS`, every class for
+    :data:`~envace.evaluation.perturb_class.CLASS_KINDS`, none (``[""]``) for the rest."""
+    if kind in CLASS_KINDS:
+        return sorted(set(EFFECTS) | set(UNCALLED))
+    return write_classes() if kind in PER_CLASS else [""]
 
 
 def select(
@@ -195,7 +205,7 @@ def select(
     items = []
     for category in sorted(by_category):
         for kind in kinds:
-            for api_class in write_classes() if kind in PER_CLASS else [""]:
+            for api_class in _classes(kind):
                 pool = list(by_category[category])
                 random.Random(f"{seed}:{category}:{kind}:{api_class}").shuffle(pool)
                 taken = 0

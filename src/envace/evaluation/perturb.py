@@ -28,6 +28,7 @@ from envace.evaluation.perturb_calls import (
     _visible,
     _writes_state,
 )
+from envace.evaluation.perturb_class import CLASS_KINDS, class_edits
 from envace.rewards.bfcl import calls_equivalent
 from envace.types import Task, ToolCall
 
@@ -53,6 +54,7 @@ KINDS = (
     "arg_case",
     "arg_numeric",
     "arg_other_value",
+    *CLASS_KINDS,
 )
 #: kinds drawn once per API class (the class of the call they copy), so that every class is probed
 BY_CLASS = ("extra_write_before", "extra_write_between", "extra_write_after")
@@ -202,6 +204,8 @@ def _moves(task: Task, kind: str) -> list[tuple[Script, str]]:
 
 def _edits(task: Task, kind: str, rng: random.Random, api_class: str = "") -> list[tuple[Script, str]]:
     """Every candidate edit of ``kind`` of the task's gold, with a note naming it."""
+    if kind in CLASS_KINDS:
+        return class_edits(task, kind, api_class)
     if kind in ("move_earlier", "move_later"):
         return _moves(task, kind)
     if kind in (*BY_CLASS, "noop_write", "repeat_turn", "extra_readonly", "call_in_empty_turn"):
@@ -233,6 +237,8 @@ def perturb(task: Task, kind: str, rng: random.Random, api_class: str = "") -> P
     if not edits:
         return None
     script, note = rng.choice(edits)
+    if kind in CLASS_KINDS:
+        return Perturbation(kind, copy.deepcopy(script), note, api_class)
     if kind not in PER_CLASS:
         return Perturbation(kind, copy.deepcopy(script), note)
     return Perturbation(kind, copy.deepcopy(script), note, api_class, _inserted(task.gold, script))

@@ -164,6 +164,28 @@ def _harm(steps: list[_Step], k: int, user: dict[int, int], no_op: list[bool]) -
     return ""
 
 
+def _into_gold_turns(gold: list[list[ToolCall]], turns: list[list[ToolCall]]) -> list[list[ToolCall]]:
+    """The calls of each turn whose gold is empty moved to the start of the next turn whose gold is not
+    (dropped when there is none): the official checker never checks a turn whose gold is empty, and
+    its calls run, in the same order, before the next one's, so that turn's state and result checks
+    see them as its first calls (the turn itself must still make a call: :func:`turn_failures`).
+
+    >>> a, b = ToolCall("a"), ToolCall("b")
+    >>> [[c.name for c in t] for t in _into_gold_turns([[a], [], [b], []], [[a], [b], [a], [b]])]
+    [['a'], [], ['b', 'a'], []]
+    """
+    out: list[list[ToolCall]] = []
+    waiting: list[ToolCall] = []
+    for t, calls in enumerate(turns):
+        if gold[t]:
+            out.append([*waiting, *calls])
+            waiting = []
+        else:
+            out.append([])
+            waiting += calls
+    return out
+
+
 def turn_failures(
     gold: list[list[ToolCall]],
     turns: list[list[ToolCall]],
@@ -178,7 +200,8 @@ def turn_failures(
         schemas: per turn, the visible tools by name.
         owner: tool name -> API class.
     """
-    turns = turns[: len(gold)]
+    made = [bool(calls) for calls in turns[: len(gold)]]  # the checker wants a call in the turn itself
+    turns = _into_gold_turns(gold, turns[: len(gold)])
     steps = [
         _Step(t, c, owner.get(c.name, ""), schemas[t].get(c.name), call_effects(owner.get(c.name, ""), c))
         for t, calls in enumerate(turns)
@@ -192,8 +215,8 @@ def turn_failures(
             why.append("turn not reached")
             continue
         own = list(range(bounds[t], bounds[t + 1]))
-        if not calls or not own:  # the checker fails a turn with gold calls and no call at all
-            why.append(("" if not own else "a call in a turn whose gold is empty") if not calls else "no call")
+        if not calls or not made[t]:  # the checker fails a turn with gold calls and no call of its own
+            why.append("" if not calls else "no call")
             continue
         pool = own
         places = _place(calls, [steps[k].call for k in pool], schemas[t], owner)
@@ -226,7 +249,8 @@ def bfcl_multi_turn(task: Task, traj: Trajectory) -> RewardOutput:
     * no other call may change what the official checker compares (:func:`_harm`): a write with
       other arguments, a second order or tweet, a ``cd`` before more file operations fail the turn;
       reads and exact repeats of idempotent calls do not;
-    * a turn whose gold is empty passes only without calls.
+    * a turn whose gold is empty is not judged: its calls count as the first calls of the next turn
+      whose gold is not (:func:`_into_gold_turns`), as the checker runs and checks them.
 
     ``details["turns"]`` holds the per-turn flags, ``details["failures"]`` why each failing turn
     fails; ``success`` is True when every turn passes. Turns the episode never reached fail; user
