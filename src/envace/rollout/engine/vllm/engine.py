@@ -131,12 +131,12 @@ class VLLMEngine(Decoding):
         name = f"{self.prefix}-{self.sync.syncs}"
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._folder()))
         write_adapter(self.model, folder)
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)}, text=True)
         listed = [m.get("id") for m in (self._get("/v1/models") or {}).get("data", []) if isinstance(m, dict)]
         if name not in listed:
             raise VLLMError(f"the vLLM server did not list adapter {name!r} after loading it (it lists {listed})")
         if self.served is not None and self.served.name != BASE_NAME:
-            self._post("/v1/unload_lora_adapter", {"lora_name": self.served.name})
+            self._post("/v1/unload_lora_adapter", {"lora_name": self.served.name}, text=True)
         return name, folder
 
     def _reload_weights(self) -> tuple[str, Path | None]:
@@ -146,8 +146,8 @@ class VLLMEngine(Decoding):
             return BASE_NAME, None
         folder = Path(tempfile.mkdtemp(prefix="weights-", dir=self._folder()))
         write_full(self.model, folder)
-        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
-        self._post("/reset_prefix_cache", None)
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}, text=True)
+        self._post("/reset_prefix_cache", None, text=True)
         return BASE_NAME, folder
 
     def _folder(self) -> Path:
@@ -218,10 +218,10 @@ class VLLMEngine(Decoding):
         self.stats.prefill_tokens += len(request.prompt) - int(cached)
         return Sample(ids, logprobs, stopped)
 
-    def _post(self, path: str, body: dict[str, Any] | None) -> Any:
+    def _post(self, path: str, body: dict[str, Any] | None, text: bool = False) -> Any:
         timeout = self.sampling.vllm.request_timeout_s
         try:
-            return call(self.server.url, path, body if body is not None else {}, timeout=timeout)
+            return call(self.server.url, path, body if body is not None else {}, timeout=timeout, text=text)
         except VLLMError as exc:
             raise VLLMError(f"{exc}{self.server.dead()}") from None
 

@@ -19,10 +19,11 @@ class VLLMError(RuntimeError):
     """The vLLM server failed, stopped answering, or answered something malformed."""
 
 
-def call(url: str, path: str, body: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
+def call(url: str, path: str, body: dict[str, Any] | None = None, timeout: float = 30.0, text: bool = False) -> Any:
     """``POST`` ``body`` (``GET`` without one) to ``url + path``; the decoded JSON answer (``None`` for
-    an empty one). ``timeout`` bounds the connection and every read: a server that goes silent for
-    that long is an error, not a hang."""
+    an empty one; with ``text``, the answer as text: vLLM's LoRA endpoints answer a sentence).
+    ``timeout`` bounds the connection and every read: a server that goes silent for that long is an
+    error, not a hang."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -34,6 +35,8 @@ def call(url: str, path: str, body: dict[str, Any] | None = None, timeout: float
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise VLLMError(f"{url}{path}: no answer ({type(reason).__name__}: {reason})") from None
+    if text:
+        return raw.decode("utf-8", "replace")
     if not raw.strip():
         return None
     try:
