@@ -77,7 +77,6 @@ def _own_rehearsal(root: Path) -> list[object]:
     return [first[0], both[1] if len(both) == 2 else NOT_REHEARSED]
 
 
-@pytest.mark.slow
 def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) -> None:
     command, *args = _spec(served)
     spec = ServerSpec(command=command, args=tuple(args), connect_timeout_s=120, call_timeout_s=120)
@@ -86,7 +85,6 @@ def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) 
     assert answers == _own_rehearsal(served)  # the second answer saw the first call and its answer as context
 
 
-@pytest.mark.slow
 def test_serve_env_over_http_on_loopback(served: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,6 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.slow
 def test_plain_functions_with_a_user_source_and_reward_train_two_steps(work: Path, monkeypatch) -> None:
     log = work / "reward.log"
     monkeypatch.setenv("ENVACE_TEST_REWARD_LOG", str(log))
@@ -37,7 +36,6 @@ def test_plain_functions_with_a_user_source_and_reward_train_two_steps(work: Pat
     assert len(scored) == 2 and all(s.startswith("notes-") for s in scored)  # the RL step's 1 task x G=2 episodes
 
 
-@pytest.mark.slow
 def test_a_trl_shaped_class_trains_two_steps(work: Path) -> None:
     rows = [
         {"gold": [[{"name": "increment", "arguments": {"by": n}}]], "metadata": {"target": n}} for n in (1, 2, 3, 4)
