@@ -483,3 +483,15 @@ def test_compute_reward_names_a_failing_reward(monkeypatch: pytest.MonkeyPatch) 
     task = hand_task()
     with pytest.raises(RewardError, match="reward 'bfcl-multi-turn' raised on task 'mt': KeyError"):
         compute_reward(task, traj_of(task, task.gold))
+
+
+def test_an_episode_the_step_limit_ended_scores_zero_as_the_official_runner_fails_it() -> None:
+    """bfcl-eval's runner force-terminates a turn at its step limit and fails the task, whatever the
+    calls so far (bfcl_cpu's proxy paid such episodes: repeated calls until ``max_steps``); other
+    limit flags leave the score to the state comparison, as the checker does."""
+    task = multi_turn()["multi_turn_base_0"]
+    gold = traj_of(task, task.gold)
+    assert compute_reward(task, gold).success
+    cut = compute_reward(task, gold, ended_by={"max_steps"})
+    assert (cut.score, cut.success, cut.details["ended_by"]) == (0.0, False, ["max_steps"])
+    assert compute_reward(task, gold, ended_by={"truncated"}).success

@@ -33,7 +33,7 @@ from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, 
 from envace.evaluation.bfcl_memory import MEMORY_CATEGORIES, load_questions, memory_phase, oracle_text, score_memory
 from envace.evaluation.bfcl_reference import reference_calls
 from envace.evaluation.policies import Policy
-from envace.rewards import compute_reward
+from envace.rewards import LIMIT_FAILS, compute_reward
 from envace.rewards.base import RewardOutput
 from envace.rewards.bfcl import _checker_docs
 from envace.rollout import Episode, RealEnvironment, RolloutLimits
@@ -108,7 +108,7 @@ def official_verdict(task: Task, messages: list[Message], flags: Collection[str]
     """
     messages, task = canonical_messages(task, messages), canonical_task(task)
     reached, gold = len(steps_per_turn(messages)), task.extra["ground_truth"]
-    if reached < len(gold) or "max_steps" in flags:
+    if reached < len(gold) or LIMIT_FAILS["bfcl-multi-turn"] & set(flags):
         why = f"force-terminated: {reached} of {len(gold)} turns, flags {sorted(flags)}"
         return {"valid": False, "error_type": "multi_turn:force_terminated", "error_message": why}
     try:

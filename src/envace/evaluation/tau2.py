@@ -36,6 +36,7 @@ from envace.evaluation.policies import Policy
 from envace.evaluation.users import ModelUser, UserSimConfig
 from envace.protocol import render_calls
 from envace.protocol.parse import CallError
+from envace.rewards import LIMIT_FAILS
 from envace.rewards.base import RewardOutput
 from envace.rollout import Episode, SamplingConfig, make_engine
 from envace.rollout.loop import UserHook, scripted_user
@@ -44,7 +45,7 @@ from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
 
 DOMAINS = ("airline", "retail", "telecom")
 SOLO_DOMAINS = ("telecom",)  # tau2's solo mode needs a ticket; only telecom's tasks have one
-EARLY_STOP_FLAGS = {"max_steps", "max_episode_tokens", "truncated"}
+EARLY_STOP_FLAGS = LIMIT_FAILS["tau2"]
 SOLO_INSTRUCTION = """You are a customer service agent that helps the user according to the <policy> provided below.
 You will be provided with a ticket that contains the user's request.
 You will need to plan and call the appropriate tools to solve the ticket.

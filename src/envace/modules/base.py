@@ -306,11 +306,12 @@ class PolicyModule(pl.LightningModule):
         )
 
     def reward(self, episode: Episode) -> RewardOutput:
-        """The episode's task reward: masked when it cannot be computed (a judge outage); a reward
-        that raises is a bug and stops the run, the message naming the step, the task and the reward."""
+        """The episode's task reward: masked when it cannot be computed (a judge outage); 0 when a limit
+        the benchmark's scorer fails outright ended it (``rewards.LIMIT_FAILS``); a reward that raises
+        is a bug and stops the run, the message naming the step, the task and the reward."""
         traj = episode.trajectory()  # under drift: the canonical task, messages and calls (docs/drift.md)
         try:
-            return compute_reward(traj.task, traj, judge=self.judge)
+            return compute_reward(traj.task, traj, judge=self.judge, ended_by=episode.flags)
         except RewardError as exc:
             raise RewardError(f"step {self.global_step}: {exc}") from exc.__cause__
 

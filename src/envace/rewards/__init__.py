@@ -27,7 +27,7 @@ BFCL's agentic categories (memory, web search) and format sensitivity have no of
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 
 from envace.rewards.base import RewardError, RewardOutput, RewardUnavailable
@@ -54,6 +54,14 @@ BY_BENCHMARK: dict[str, str] = {
     "finmcp": "toolf1",
     "chatlog": "toolf1",
     "tasks": "gold-calls",
+}
+
+#: limit flags whose episodes the benchmark's own scorer fails outright, by reward: bfcl-eval's runner
+#: force-terminates a turn at its step limit, tau2 ends the conversation on any limit. The training
+#: reward fails them too (:func:`compute_reward` ``ended_by``), so it never pays what the benchmark fails.
+LIMIT_FAILS: dict[str, frozenset[str]] = {
+    "bfcl-multi-turn": frozenset({"max_steps"}),
+    "tau2": frozenset({"max_steps", "max_episode_tokens", "truncated"}),
 }
 
 _BFCL_SINGLE_TURN_PREFIXES = ("simple", "multiple", "parallel", "irrelevance", "live_")
@@ -102,7 +110,9 @@ def reward_for(task: Task) -> RewardFn:
     return get_reward(reward_name(task))
 
 
-def compute_reward(task: Task, traj: Trajectory, judge: JudgeSettings | None = None) -> RewardOutput:
+def compute_reward(
+    task: Task, traj: Trajectory, judge: JudgeSettings | None = None, ended_by: Collection[str] = ()
+) -> RewardOutput:
     """Score ``traj`` with :func:`reward_for` ``(task)``.
 
     A reward that cannot be computed says so: it returns ``score=None`` (the judge when its endpoint
@@ -117,8 +127,17 @@ def compute_reward(task: Task, traj: Trajectory, judge: JudgeSettings | None = N
         judge: the endpoint, model, deadline, retries and budget of the ``judge`` reward; by
             default they are read from the ``ENVACE_JUDGE_*`` environment variables
             (:func:`envace.rewards.judge.settings_from_env`).
+        ended_by: the limits that ended the episode; one the benchmark's scorer fails outright
+            (:data:`LIMIT_FAILS`) scores 0 whatever the calls.
+
+    >>> traj = Trajectory(Task("t", "bfcl", category="multi_turn_base", gold=[[]]), [])
+    >>> compute_reward(traj.task, traj, ended_by={"max_steps"})
+    RewardOutput(score=0.0, success=False, details={'ended_by': ['max_steps'], 'reward': 'bfcl-multi-turn'})
     """
     name = reward_name(task)
+    cut = sorted(LIMIT_FAILS.get(name, frozenset()) & set(ended_by))
+    if cut:
+        return RewardOutput(0.0, False, {"ended_by": cut, "reward": name})
     try:
         fn = LLMJudge.from_settings(judge) if judge is not None and name == "judge" else get_reward(name)
         return fn(task, traj)
@@ -129,6 +148,7 @@ def compute_reward(task: Task, traj: Trajectory, judge: JudgeSettings | None = N
 
 
 __all__ = [
+    "LIMIT_FAILS",
     "REWARDS",
     "JudgeSettings",
     "RewardError",
