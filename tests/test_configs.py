@@ -54,7 +54,7 @@ def test_bad_config_value_is_a_clear_error() -> None:
     assert out.returncode != 0 and "group_size" in out.stderr
 
 
-@pytest.mark.parametrize("base", ["bfcl", "tau2"])
+@pytest.mark.parametrize("base", ["bfcl", "tau2", "mcp_example"])
 @pytest.mark.parametrize("arm", ARMS)
 def test_every_arm_composes_with_a_base_config(base: str, arm: str) -> None:
     """Each arm overlay (configs/arms/) on the BFCL and tau2 configs: the arm's setting and nothing
