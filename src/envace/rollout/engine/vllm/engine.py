@@ -112,6 +112,7 @@ class VLLMEngine(Decoding):
         if self.served is not None and self.served.signature == now:
             return self.served.name
         began = time.perf_counter()
+        folder: Path | None
         if is_lora(self.model):
             if not self.server.lora:
                 raise VLLMError("the vLLM server was started without --enable-lora, but the policy has LoRA adapters")
