@@ -28,7 +28,7 @@ from envace.data.batch import collate_episodes
 from envace.modules.logprobs import selected_logprobs
 from envace.policy import LoraSpec, apply_lora
 from envace.rollout import make_engine
-from envace.rollout.engine.sampling import SamplingConfig
+from envace.rollout.engine.sampling import EngineStats, SamplingConfig
 from envace.rollout.engine.vllm.server import stop_all
 from envace.rollout.engine.vllm.weights import is_lora
 from envace.types import ROLE_IDS
@@ -82,7 +82,10 @@ def _vllm(model: Any, module: Any, view: Any, task: Any, seeds: list[int], budge
         engine.generate([[1, 2, 3]], 1)  # the adapters loaded, and the first request after them
     first_s = time.perf_counter() - began
     group = len(seeds)
-    runs = {role: _run(view, task, role, seeds, group, sampling, budgets[role], engine) for role in ROLES}
+    runs = {}
+    for role in ROLES:  # one engine (one adapter load): its counters start again for each role
+        engine.stats = EngineStats()
+        runs[role] = _run(view, task, role, seeds, group, sampling, budgets[role], engine)
     return {
         **{role: _rates(run) for role, run in runs.items()},
         "lora": is_lora(model),
