@@ -53,9 +53,7 @@ def stop_ids(tokenizer: Any, fmt: ChatFormat) -> list[int]:
     return sorted({ids[0], *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
 
 
-def make_engine(
-    model: Any, tokenizer: Any, fmt: ChatFormat, sampling: SamplingConfig | None = None
-) -> SamplingEngine:
+def make_engine(model: Any, tokenizer: Any, fmt: ChatFormat, sampling: SamplingConfig | None = None) -> SamplingEngine:
     """A sampling engine over ``model`` that stops at the format's end-of-turn token: ours, or with
     ``sampling.engine: vllm`` a vLLM server's (started, or attached at ``sampling.vllm.url``)."""
     sampling = sampling or SamplingConfig()
