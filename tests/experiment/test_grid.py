@@ -98,9 +98,10 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
     assert listed.returncode == 0 and listed.stdout.count("done") == 10
 
 
-@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu"])
+@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu", "bfcl_cpu_tune"])
 def test_the_experiment_configs_parse_unit_by_unit(name: str) -> None:
-    """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU)."""
+    """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU; every
+    variant of the recipe search)."""
     from envace.cli import lightning_cli
 
     cfg = load_config(str(ROOT / f"configs/experiments/{name}.yaml"))
@@ -123,6 +124,25 @@ def test_a_bad_experiment_config_is_one_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(bad), "--list"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "evaluation.nvalues" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) -> None:
+    """An arm ``<overlay>+<variant>`` runs its overlay with the variant's arguments after the shared
+    ones; an unknown variant, reference arm or evaluation limit is refused by name."""
+    from envace.experiment.grid import EvalSpec, ExperimentConfig
+
+    cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env+slow"], fit_args=["--a", "1"],
+                           variants={"slow": ["--a", "2"]}, reference_arm="real_env+slow")  # fmt: skip
+    run = next(u for u in units(cfg) if u.kind == "run")
+    args = fit_args(cfg, run)
+    assert args[:4] == ["--config", "configs/bfcl.yaml", "--config", "configs/arms/real_env.yaml"]
+    assert args.index("2") > args.index("1")  # the variant's value wins over the shared one
+    with pytest.raises(ValueError, match="names no variant"):
+        ExperimentConfig("x", "b.yaml", ["real_env+fast"], variants={"slow": []}, reference_arm="real_env+fast")
+    with pytest.raises(ValueError, match="reference_arm"):
+        ExperimentConfig("x", "b.yaml", ["real_env"])
+    with pytest.raises(ValueError, match="unknown limit 'max_step'"):
+        EvalSpec(limits={"max_step": 20})
 
 
 def test_a_killed_attempt_counts_until_its_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

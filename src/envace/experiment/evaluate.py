@@ -15,7 +15,8 @@ Per split (``val``: unseen scenarios of the training API classes; ``test``: unse
 Under a drift of the unit (``evaluation.drift``), every task's environment is drifted
 (:mod:`envace.evaluation.drift`), the gold fidelity's real answers too, and the official checker still
 reads the canonical calls. The drift mitigation (``evaluation.reimagine``) runs as its own settings.
-The episodes use the training config's limits, chat format and sampling dtype, greedy by default.
+The episodes use the training config's limits (those in ``evaluation.limits`` replaced), chat format and sampling
+dtype, greedy by default.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     spec, model = cfg.evaluation, base_settings(cfg.base)
     drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
     drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
-    limits = RolloutLimits(**model.get("limits", {}))
+    limits = RolloutLimits(**{**model.get("limits", {}), **spec.limits})
     sampling = SamplingConfig(**{**model.get("sampling", {}), "temperature": spec.temperature})
     loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
     policy = load_eval_policy(str(checkpoint), loading)

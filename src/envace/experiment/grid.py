@@ -23,6 +23,7 @@ import yaml
 
 from envace.envs import DriftSpec
 from envace.paths import cache_dir
+from envace.rollout.loop import RolloutLimits
 
 KINDS = ("warm_start", "run", "eval")
 WARM = "warm_start"
@@ -51,6 +52,9 @@ class EvalSpec:
         reimagine: the drift mitigation for every ``n > 0`` setting (setting ``<mode>@<n>+reimagine<k>``):
             0, none; k, the rest of a user turn imagined again, at most k times, after a real response
             the rehearsal did not foresee (``ImaginationConfig.reimagine``).
+        limits: the evaluation's episode limits over the base config's (``RolloutLimits`` fields),
+            e.g. ``{max_steps_per_turn: 20}``, bfcl-eval's own step limit: a training limit of 2
+            force-terminates every turn that needs two calls and a closing answer.
     """
 
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
@@ -64,6 +68,7 @@ class EvalSpec:
     batch_tasks: int = 16
     drift: list[Any] = field(default_factory=list)
     reimagine: list[int] = field(default_factory=lambda: [0])
+    limits: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         labels = [label for label, _ in drift_entries(self)]
@@ -72,6 +77,10 @@ class EvalSpec:
         bad = [r for r in self.reimagine if not isinstance(r, int) or isinstance(r, bool) or r < 0]
         if bad or not self.reimagine or len(set(self.reimagine)) != len(self.reimagine):
             raise ValueError(f"evaluation.reimagine must list distinct integers >= 0, got {self.reimagine}")
+        known = {f.name for f in dataclasses.fields(RolloutLimits)}
+        unknown = sorted(set(self.limits) - known)
+        if unknown:
+            raise ValueError(f"evaluation.limits: unknown limit {unknown[0]!r} (limits: {', '.join(sorted(known))})")
 
     def settings(self) -> list[tuple[str, int, int]]:
         """``(mode, n, reimagine)`` of every setting, plain execution first."""
