@@ -166,6 +166,8 @@ class ChatFormat(ABC):
         for m in messages:
             if m.role == "user":
                 out.append(self.user(m.content))
+            elif m.role == "system":  # a note in the conversation (a memory note), tools not repeated
+                out.append(self.system(m.content, []))
             elif m.role == "assistant":
                 p = self.assistant()
                 out.append(p.header + self.assistant_body(m.content, m.tool_calls) + p.end + p.trailer)

@@ -136,7 +136,9 @@ class EpisodeBuilder:
 
 def encode_trajectory(traj: Trajectory, encode: PieceEncoder, fmt: ChatFormat) -> EpisodeBuilder:
     """A finished trajectory (grounded or recorded) as an episode: its assistant turns are ``act``
-    text and its tool turns ``rehearse`` text, everything else context (the warm-start data)."""
+    text and its tool turns ``rehearse`` text, everything else context (the warm-start data). A system
+    message is a system turn without tools, in context, where it stands (a memory note after a user
+    turn: :mod:`envace.data.memory_notes`, as test time's :meth:`envace.inference.Imagination.add_note`)."""
     task = traj.task
     ep = EpisodeBuilder(encode, fmt)
     ep.system(task.system_prompt, task.tools)
@@ -145,6 +147,8 @@ def encode_trajectory(traj: Trajectory, encode: PieceEncoder, fmt: ChatFormat) -
         if m.role == "user":
             turn += 1
             ep.user_turn(task, turn, m.content)
+        elif m.role == "system":
+            ep.system(m.content, [])
         elif m.role == "assistant":
             p = fmt.assistant()
             ep.context(p.header)
