@@ -4,7 +4,8 @@
 their first ``max_user_turns`` user turns (:meth:`envace.types.Task.first_turns`), keeps those whose
 prompt fits ``max_prompt_tokens``, and, for the warm start, replays the gold of every train task
 that has a real environment (:func:`envace.data.grounding.ground`) or recorded responses
-(:func:`recorded_trajectory`) and tokenises the result once
+(:func:`envace.data.grounding.recorded_trajectory`), gives a ``memory_notes`` share of them a memory
+note per user turn (:mod:`envace.data.memory_notes`, off by default) and tokenises the result once
 (:func:`envace.protocol.tokens.encode_trajectory`).
 
 A training step receives a :class:`~envace.data.batch.StepBatch`: ``tasks_per_step`` tasks to roll
@@ -16,7 +17,6 @@ uninterrupted one would have read (:class:`StepLoader`).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -30,40 +30,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from envace.data.batch import StepBatch, collate_episodes
-from envace.data.grounding import DONE_TEXT, ground
+from envace.data.grounding import ground, recorded_trajectory
+from envace.data.memory_notes import noted
 from envace.data.sources import SourceSpec
 from envace.protocol.render import ChatFormat, ToolStyle, make_format
 from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
-from envace.types import CallRecord, Message, Task, Trajectory
+from envace.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
 
 StepKey = tuple[tuple[int, ...], tuple[int, ...]]  # (task indices, grounded-episode indices) of one step
-
-
-def recorded_trajectory(task: Task) -> Trajectory | None:
-    """A chat log's own conversation (user turns, calls, recorded responses) as a trajectory, like
-    :func:`~envace.data.grounding.ground` lays it out; ``None`` when a call has no recorded response or
-    a turn without calls would need the log's text for that turn (only the final text is kept)."""
-    if not task.recorded or len(task.gold) != len(task.user_turns):
-        return None
-    records = iter(task.recorded)
-    messages: list[Message] = []
-    calls: list[CallRecord] = []
-    for turn, (text, gold) in enumerate(zip(task.user_turns, task.gold, strict=True)):
-        messages.append(Message("user", text))
-        for call in gold:
-            rec = next(records, None)
-            if rec is None or rec.call != call:
-                return None
-            messages.append(Message("assistant", "", tool_calls=[call]))
-            messages.append(Message("tool", json.dumps(rec.response, ensure_ascii=False), name=call.name))
-            calls.append(rec)
-        closing = task.extra.get("final_response") if turn == len(task.user_turns) - 1 else None
-        if not closing and not gold:
-            return None
-        messages.append(Message("assistant", closing or DONE_TEXT))
-    return Trajectory(task=task, messages=messages, calls=calls, source="recorded")
 
 
 def _permutation_stream(n: int, count: int, gen: torch.Generator) -> list[int]:
@@ -222,6 +198,10 @@ class EnvACEDataModule(pl.LightningDataModule):
         sft_batch_size: grounded episodes in one training batch.
         warm_start: ground the training tasks and give each training batch grounded episodes.
         max_sft_tokens: drop grounded episodes longer than this many tokens.
+        memory_notes: the fraction of grounded episodes (drawn by the data seed) whose every user turn is
+            followed by a test-time memory note of two imagined attempts, the gold and a corrupted one
+            (:mod:`envace.data.memory_notes`; context, never in the loss; an episode the note makes
+            longer than ``max_sft_tokens`` is kept without it); 0 (default): none.
         val_tasks: use at most this many validation tasks, spread evenly over the (length-filtered)
             validation set in source order, so that a few tasks still cover its categories and
             API classes rather than the first scenario family.
@@ -245,6 +225,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         sft_batch_size: int = 2,
         warm_start: bool = True,
         max_sft_tokens: int | None = None,
+        memory_notes: float = 0.0,
         val_tasks: int | None = None,
         limit: int | None = None,
         seed: int | None = None,
@@ -255,6 +236,8 @@ class EnvACEDataModule(pl.LightningDataModule):
             raise ValueError(f"tasks_per_step and sft_batch_size must be >= 1, got {tasks_per_step}, {sft_batch_size}")
         if tool_style not in ("json", "compact"):
             raise ValueError(f"tool_style must be 'json' or 'compact', got {tool_style!r}")
+        if not 0.0 <= memory_notes <= 1.0:
+            raise ValueError(f"memory_notes must be a fraction in [0, 1], got {memory_notes}")
         self.save_hyperparameters()
         self.sources = [SourceSpec.parse(s) for s in sources]
         self.val_sources = [SourceSpec.parse(s) for s in val_sources or []]
@@ -262,7 +245,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.max_prompt_tokens, self.max_user_turns = max_prompt_tokens, max_user_turns
         self.val_max_prompt_tokens = val_max_prompt_tokens if val_max_prompt_tokens is not None else max_prompt_tokens
         self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
-        self.warm_start, self.max_sft_tokens = warm_start, max_sft_tokens
+        self.warm_start, self.max_sft_tokens, self.memory_notes = warm_start, max_sft_tokens, memory_notes
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
         self.train_set: list[Task] = []
         self.val_set: list[Task] = []
@@ -320,18 +303,28 @@ class EnvACEDataModule(pl.LightningDataModule):
         return traj
 
     def _ground(self, tasks: list[Task]) -> list[EpisodeTensors]:
+        trajs = [t for t in map(self._trajectory, tasks) if t is not None]
         episodes = []
-        for task in tasks:
-            traj = self._trajectory(task)
-            if traj is None:
-                continue
-            ep = encode_trajectory(traj, self.encoder, self.fmt).tensors()
-            if self.max_sft_tokens is not None and len(ep.input_ids) > self.max_sft_tokens:
+        for traj, with_notes in zip(trajs, noted(trajs, self.memory_notes, self.data_seed), strict=True):
+            ep = self._encode(with_notes) if with_notes is not None else None
+            if ep is not None and not self._fits(ep):  # the notes make it too long: kept without them
+                self.counts["memory_notes_too_long"] += 1
+                ep = None
+            self.counts["memory_notes"] += ep is not None
+            if ep is None:
+                ep = self._encode(traj)
+            if not self._fits(ep):
                 self.counts["sft_dropped_long"] += 1
                 continue
             episodes.append(ep)
         self.counts["sft_episodes"] = len(episodes)
         return episodes
+
+    def _encode(self, traj: Trajectory) -> EpisodeTensors:
+        return encode_trajectory(traj, self.encoder, self.fmt).tensors()
+
+    def _fits(self, ep: EpisodeTensors) -> bool:
+        return self.max_sft_tokens is None or len(ep.input_ids) <= self.max_sft_tokens
 
     def setup(self, stage: str | None = None) -> None:
         """Load, cut, filter, ground and tokenise (once; later calls do nothing)."""
@@ -344,10 +337,11 @@ class EnvACEDataModule(pl.LightningDataModule):
         c = self.counts
         log.info(
             "data: train %d loaded, %d cut to %s user turns, %d filtered by length, %d kept; val %d loaded, "
-            "%d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, %d SFT episodes",
-            c["train_loaded"], c["train_truncated"], self.max_user_turns, c["train_filtered_by_length"],
-            c["train_tasks"], c["val_loaded"], c["val_filtered_by_length"], c["val_tasks"], c["grounded"],
-            c["recorded"], c["ground_skipped_no_env"], c["ground_failed"], c["sft_dropped_long"], len(self.episodes),
+            "%d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, %d SFT episodes "
+            "(%d with memory notes)", c["train_loaded"], c["train_truncated"], self.max_user_turns,
+            c["train_filtered_by_length"], c["train_tasks"], c["val_loaded"], c["val_filtered_by_length"],
+            c["val_tasks"], c["grounded"], c["recorded"], c["ground_skipped_no_env"], c["ground_failed"],
+            c["sft_dropped_long"], len(self.episodes), c["memory_notes"],
         )  # fmt: skip
 
     def stats(self) -> dict[str, Any]:
@@ -361,6 +355,11 @@ class EnvACEDataModule(pl.LightningDataModule):
             "sft_tokens": _summary([len(e.input_ids) for e in self.episodes]),
         }
 
+    @property
+    def data_seed(self) -> int:
+        """``seed``, else the run's ``seed_everything`` (``PL_GLOBAL_SEED``), else 0."""
+        return self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
     # -- loaders -------------------------------------------------------------------------------
     @property
     def pad_id(self) -> int:
@@ -370,8 +369,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         """One :class:`StepBatch` per step; an epoch is ``ceil(len(train tasks) / tasks_per_step)`` steps."""
         if not self.train_set:
             raise ValueError("no training tasks: check the sources, max_prompt_tokens and limit (stats())")
-        seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
-        steps = StepSampler(len(self.train_set), self.tasks_per_step, len(self.episodes), self.sft_batch_size, seed)
+        n, k = len(self.train_set), self.tasks_per_step
+        steps = StepSampler(n, k, len(self.episodes), self.sft_batch_size, self.data_seed)
         dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
         if self.trainer is not None and self.trainer.world_size > 1:
             # Lightning re-creates a multi-process loader around a DistributedSampler, which shares

@@ -18,6 +18,9 @@ system prompt and the tool block). Each user turn becomes
 Works for any task whose environment :func:`envace.envs.make_environment` can build and whose
 ``gold`` lists one call list per user turn. Environments with turn-dependent tools expose
 ``set_turn(turn)``; it is called before each turn.
+
+A chat log without an environment gives the same layout from its recorded responses
+(:func:`recorded_trajectory`).
 """
 
 from __future__ import annotations
@@ -80,3 +83,28 @@ def ground(
         if own:
             env.close()
     return Trajectory(task=task, messages=messages, calls=calls, source="grounded")
+
+
+def recorded_trajectory(task: Task) -> Trajectory | None:
+    """A chat log's own conversation (user turns, calls, recorded responses) as a trajectory, like
+    :func:`ground` lays it out; ``None`` when a call has no recorded response or
+    a turn without calls would need the log's text for that turn (only the final text is kept)."""
+    if not task.recorded or len(task.gold) != len(task.user_turns):
+        return None
+    records = iter(task.recorded)
+    messages: list[Message] = []
+    calls: list[CallRecord] = []
+    for turn, (text, gold) in enumerate(zip(task.user_turns, task.gold, strict=True)):
+        messages.append(Message("user", text))
+        for call in gold:
+            rec = next(records, None)
+            if rec is None or rec.call != call:
+                return None
+            messages.append(Message("assistant", "", tool_calls=[call]))
+            messages.append(Message("tool", json.dumps(rec.response, ensure_ascii=False), name=call.name))
+            calls.append(rec)
+        closing = task.extra.get("final_response") if turn == len(task.user_turns) - 1 else None
+        if not closing and not gold:
+            return None
+        messages.append(Message("assistant", closing or DONE_TEXT))
+    return Trajectory(task=task, messages=messages, calls=calls, source="recorded")
