@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -169,3 +170,72 @@ def test_a_killed_attempt_counts_until_its_last_line(tmp_path: Path, monkeypatch
     assert not (folder / runner.OPEN_ATTEMPT).exists()
     runner.run_fit(cfg, unit)  # a clean attempt adds only itself
     assert len(json.loads((folder / "attempts.json").read_text())) == 3
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "seeds", "why"),
+    [
+        ({"rehearsal_seeds": [0, 0]}, [0, 1], r"evaluation\.rehearsal_seeds must list distinct seeds"),
+        ({"rehearsal_seeds": []}, [0, 1], r"evaluation\.rehearsal_seeds must list distinct seeds \(null: every"),
+        ({"rehearsal_seeds": [True]}, [0, 1], r"evaluation\.rehearsal_seeds must list distinct seeds"),
+        ({"rehearsal_seeds": 0}, [0, 1], r"evaluation\.rehearsal_seeds must list distinct seeds"),
+        ({"rehearsal_seeds": [0], "n_values": [2]}, [0, 1], r"evaluation\.rehearsal_seeds needs a 0 in n_values"),
+        ({"rehearsal_seeds": [0, 3]}, [0, 1, 2], r"evaluation\.rehearsal_seeds \[3\] are not among the seeds"),
+    ],
+)
+def test_bad_rehearsal_seeds_are_a_one_line_error(tmp_path: Path, evaluation: dict, seeds: list[int], why: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "base": "configs/bfcl.yaml", "arms": ["envace"], "seeds": seeds,
+                                    "evaluation": evaluation}))  # fmt: skip
+    with pytest.raises(ValueError, match=why) as info:
+        load_config(str(path))
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_rehearsal_seeds_are_recorded_in_experiment_json() -> None:
+    from envace.experiment.grid import EvalSpec, ExperimentConfig
+
+    some = ExperimentConfig("x", "b.yaml", ["envace"], seeds=[0, 1, 2], evaluation=EvalSpec(rehearsal_seeds=[0]))
+    meta = some.metadata()
+    assert meta["rehearsal_seeds"] == [0] and meta["config"]["evaluation"]["rehearsal_seeds"] == [0]
+    assert meta["settings"] == ["none", "parallel@2", "sequential@2"]  # the grid's settings: the warm start has all
+    every = ExperimentConfig("x", "b.yaml", ["envace"], seeds=[0, 1, 2]).metadata()
+    assert "rehearsal_seeds" not in every and every["config"]["evaluation"]["rehearsal_seeds"] is None
+
+
+def test_a_run_outside_rehearsal_seeds_is_evaluated_with_none_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """evaluate_unit asks ``evaluate`` for every setting for the warm start and the runs of seed 0, and for
+    ``none`` alone for the runs of seed 1 (``rehearsal_seeds: [0]``, with the mitigation's settings too)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import envace.evaluation
+    import envace.evaluation.policies
+    from envace.experiment import evaluate as unit_eval
+    from envace.experiment.grid import setting_label
+
+    cfg = load_config(str(tiny_grid(tmp_path)))
+    spec = dataclasses.replace(cfg.evaluation, reimagine=[0, 1], rehearsal_seeds=[0])
+    cfg = dataclasses.replace(cfg, evaluation=spec)
+    asked: list[str] = []
+
+    def evaluate(benchmark: str, policy: Any, *, imagination: Any, **kw: Any) -> SimpleNamespace:
+        asked.extend(setting_label(s.mode, s.n, s.reimagine) for s in imagination.settings())
+        return SimpleNamespace(items=[])
+
+    loaded = SimpleNamespace(tokenizer=None, fmt=None)
+    monkeypatch.setattr(envace.evaluation, "evaluate", evaluate)
+    monkeypatch.setattr(envace.evaluation.policies, "load_eval_policy", lambda *a, **k: loaded)
+    monkeypatch.setattr(unit_eval, "held_out", lambda *a: [])
+    monkeypatch.setattr(unit_eval, "gold_fidelity", lambda *a: [])
+    settings = {}
+    for unit in (u for u in units(cfg) if u.kind == "eval"):
+        asked.clear()
+        result = unit_eval.evaluate_unit(cfg, unit, tmp_path / "last.ckpt")
+        settings[unit.key] = sorted(set(asked))
+        assert result["seed"] == unit.seed
+    every = ["none", "parallel@2", "parallel@2+reimagine1"]
+    assert settings == {"eval-warm_start": every, "eval-envace-s0": every, "eval-real_env-s0": every,
+                        "eval-envace-s1": ["none"], "eval-real_env-s1": ["none"]}  # fmt: skip

@@ -4,7 +4,8 @@ Per split (``val``: unseen scenarios of the training API classes; ``test``: unse
 
 * the official verdict of a committed episode against the real environment (bfcl-eval's
   ``multi_turn_checker``; per task and per user turn), under each private-rehearsal setting
-  (:func:`envace.evaluation.evaluate`, the same code as ``envace evaluate``);
+  (:func:`envace.evaluation.evaluate`, the same code as ``envace evaluate``; a run of a seed outside
+  ``evaluation.rehearsal_seeds``: setting ``none`` only);
 * the rehearsal fidelity of the policy's own weights on the gold calls (the oracle acts, the policy
   writes every tool response, a real environment answers in lockstep): value and key F1, JSON
   validity, error agreement, averaged over the task's calls;
@@ -81,10 +82,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
         chosen = TaskFilter(categories=list(spec.categories), split=split, task_ids=[t.id for t in tasks],
                             max_user_turns=spec.max_user_turns)  # fmt: skip
-        for reimagine in spec.reimagine:  # the mitigation's settings: its own evaluation, n > 0 only
-            n_values = [n for n in spec.n_values if n > 0 or not reimagine]
-            if not n_values:
-                continue
+        for reimagine, n_values in evaluate_calls(spec, unit.seed):
             modes: Any = list(spec.modes)
             imagination = ImaginationConfig(n_values=n_values, modes=modes, reimagine=reimagine)
             result = evaluate("bfcl", policy, tasks=chosen, imagination=imagination, limits=limits,
@@ -98,6 +96,20 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     if unit.drift is not None:
         out.update(drift=unit.drift, drift_spec=None if drift is None else drift.to_json())
     return out
+
+
+def evaluate_calls(spec: EvalSpec, seed: int | None) -> list[tuple[int, list[int]]]:
+    """``(reimagine, n_values)`` of each ``evaluate`` run of a policy of ``seed`` (``None``: the warm start):
+    its settings (:meth:`EvalSpec.settings`; a seed outside ``rehearsal_seeds`` has ``none`` only), the
+    mitigation's its own run, ``n > 0`` only.
+
+    >>> spec = EvalSpec(n_values=[0, 2], reimagine=[0, 1], rehearsal_seeds=[0])
+    >>> evaluate_calls(spec, None), evaluate_calls(spec, 0), evaluate_calls(spec, 1)
+    ([(0, [0, 2]), (1, [2])], [(0, [0, 2]), (1, [2])], [(0, [0])])
+    """
+    ns = sorted({n for _, n, _ in spec.settings(seed)})
+    calls = [(r, [n for n in ns if n > 0 or not r]) for r in spec.reimagine]
+    return [(r, n_values) for r, n_values in calls if n_values]
 
 
 def _item(split: str, item: Any, reimagine: int = 0) -> dict[str, Any]:

@@ -55,6 +55,9 @@ class EvalSpec:
         limits: the evaluation's episode limits over the base config's (``RolloutLimits`` fields),
             e.g. ``{max_steps_per_turn: 20}``, bfcl-eval's own step limit: a training limit of 2
             force-terminates every turn that needs two calls and a closing answer.
+        rehearsal_seeds: the seeds whose runs are also evaluated with ``n > 0`` (the warm start always
+            is; a run of another seed, with ``none`` only: a rehearsal setting costs 2-3 plain ones);
+            ``None``: every seed. Seeds of the experiment's ``seeds``; ``n_values`` must hold 0.
     """
 
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
@@ -69,6 +72,7 @@ class EvalSpec:
     drift: list[Any] = field(default_factory=list)
     reimagine: list[int] = field(default_factory=lambda: [0])
     limits: dict[str, Any] = field(default_factory=dict)
+    rehearsal_seeds: list[int] | None = None
 
     def __post_init__(self) -> None:
         labels = [label for label, _ in drift_entries(self)]
@@ -81,13 +85,32 @@ class EvalSpec:
         unknown = sorted(set(self.limits) - known)
         if unknown:
             raise ValueError(f"evaluation.limits: unknown limit {unknown[0]!r} (limits: {', '.join(sorted(known))})")
+        if self.rehearsal_seeds is not None:
+            _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
 
-    def settings(self) -> list[tuple[str, int, int]]:
-        """``(mode, n, reimagine)`` of every setting, plain execution first."""
+    def settings(self, seed: int | None = None) -> list[tuple[str, int, int]]:
+        """``(mode, n, reimagine)`` of every setting a policy of ``seed`` is evaluated under, plain execution
+        first (``None``, the warm start: every setting; a seed not in ``rehearsal_seeds``: ``none`` only).
+
+        >>> spec = EvalSpec(n_values=[0, 2], modes=["parallel"], rehearsal_seeds=[0])
+        >>> spec.settings(), spec.settings(0), spec.settings(1)
+        ([('none', 0, 0), ('parallel', 2, 0)], [('none', 0, 0), ('parallel', 2, 0)], [('none', 0, 0)])
+        """
         out = [("none", 0, 0)] if any(n <= 0 for n in self.n_values) else []
+        if seed is not None and self.rehearsal_seeds is not None and seed not in self.rehearsal_seeds:
+            return out
         return out + [
             (m, n, r) for n in sorted(set(self.n_values)) if n > 0 for m in self.modes for r in self.reimagine
         ]
+
+
+def _check_rehearsal_seeds(seeds: Any, n_values: list[int]) -> None:
+    ints = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    if not ints or not seeds or len(set(seeds)) < len(seeds):
+        raise ValueError(f"evaluation.rehearsal_seeds must list distinct seeds (null: every seed), got {seeds!r}")
+    if all(n > 0 for n in n_values):
+        raise ValueError(f"evaluation.rehearsal_seeds needs a 0 in n_values (the other seeds are evaluated with "
+                         f"none only), got n_values {n_values}")  # fmt: skip
 
 
 def setting_label(mode: str, n: int, reimagine: int = 0) -> str:
@@ -181,6 +204,9 @@ class ExperimentConfig:
             raise ValueError(f"arms and seeds must not repeat: {self.arms}, {self.seeds}")
         if self.warm_start_steps < 1 or self.rl_steps < 1:
             raise ValueError("warm_start_steps and rl_steps must be >= 1")
+        stray = sorted(set(self.evaluation.rehearsal_seeds or []) - set(self.seeds))
+        if stray:
+            raise ValueError(f"evaluation.rehearsal_seeds {stray} are not among the seeds {self.seeds}")
 
     @property
     def results_dir(self) -> Path:
@@ -209,6 +235,8 @@ class ExperimentConfig:
                 "config": asdict(self)}  # fmt: skip
         if ev.drift:
             meta["drift"] = [label for label, _ in drift_entries(ev)]
+        if ev.rehearsal_seeds is not None:  # the runs of other seeds hold setting none only
+            meta["rehearsal_seeds"] = list(ev.rehearsal_seeds)
         return meta
 
 
