@@ -43,13 +43,21 @@ def _write(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj), encoding="utf-8")
 
 
-def _eval(arm: str, seed: int | None, rates: dict[str, float], rehearsal: dict[str, float], offset: int) -> dict:
+def _eval(
+    arm: str,
+    seed: int | None,
+    rates: dict[str, float],
+    rehearsal: dict[str, float],
+    offset: int,
+    rehearses: bool = True,
+) -> dict:
     s = seed or 0
     items, fidelity = [], []
+    plain = rates.get(f"{arm}-s{seed}", rates[arm])  # a seed's own rate without rehearsal, if the test sets one
     for split in SPLITS:
         for i in range(N_TASKS):
-            for setting in SETTINGS:
-                rate = rates[arm] if setting == "none" else rehearsal.get(arm, rates[arm])
+            for setting in SETTINGS if rehearses else ("none",):
+                rate = plain if setting == "none" else rehearsal.get(arm, plain)
                 ok = _succeeds(rate, offset, s, i)
                 n, mode = (0, "none") if setting == "none" else (2, "parallel")
                 items.append(
@@ -122,16 +130,20 @@ def make_grid(
     offsets: dict[str, int] | None = None,
     rehearsal: dict[str, float] | None = None,
     env_calls: dict[str, int] | None = None,
+    seeds: tuple[int, ...] = SEEDS,
+    rehearsal_seeds: tuple[int, ...] | None = None,
 ) -> Path:
     """Write experiment.json and units/*.json of a grid whose truth is set by the arguments.
 
     Args:
         folder: the experiment folder.
         arms: the grid's arms.
-        rates: success rate per arm (and ``warm_start``) with no rehearsal.
+        rates: success rate per arm (and ``warm_start``) with no rehearsal; ``<arm>-s<seed>``: one seed's.
         offsets: which tasks an arm solves (shifts the solved block).
         rehearsal: success rate with ``parallel@2`` (default: the same as with none).
         env_calls: environment calls of each run of an arm during RL (default: 0 for envace, 40 for the rest).
+        seeds: the grid's seeds.
+        rehearsal_seeds: the seeds whose runs are evaluated with ``parallel@2`` (the others with none only).
     """
     rates = {**RATES, **(rates or {})}
     offsets = offsets or {}
@@ -142,10 +154,11 @@ def make_grid(
         {
             "name": "synthetic",
             "arms": list(arms),
-            "seeds": list(SEEDS),
+            "seeds": list(seeds),
             "reference_arm": "envace",
             "splits": list(SPLITS),
             "settings": list(SETTINGS),
+            **({} if rehearsal_seeds is None else {"rehearsal_seeds": list(rehearsal_seeds)}),
         },
     )
     _write(
@@ -154,10 +167,12 @@ def make_grid(
     )
     _write(units / "eval-warm_start.json", _eval("warm_start", None, rates, rehearsal or {}, 0))
     for arm in arms:
-        for seed in SEEDS:
+        for seed in seeds:
             calls = (env_calls or {}).get(arm, 0 if arm == "envace" else 40)
+            rehearses = rehearsal_seeds is None or seed in rehearsal_seeds
             _write(units / f"run-{arm}-s{seed}.json", _run(arm, seed, calls))
-            _write(units / f"eval-{arm}-s{seed}.json", _eval(arm, seed, rates, rehearsal or {}, offsets.get(arm, 0)))
+            _write(units / f"eval-{arm}-s{seed}.json",
+                   _eval(arm, seed, rates, rehearsal or {}, offsets.get(arm, 0), rehearses))  # fmt: skip
     return folder
 
 
@@ -238,12 +253,17 @@ def test_render_twice_is_identical(tmp_path: Path) -> None:
     assert write_report(folder, n_boot=N_BOOT).read_bytes() == first
 
 
-def _per_task(folder: Path, arm: str, splits: tuple[str, ...], field: str) -> dict[str, list[float]]:
-    """Per-task values recomputed from the unit files by hand (keys ``split/task``, seeds in order)."""
+def _per_task(
+    folder: Path, arm: str, splits: tuple[str, ...], field: str, setting: str = "none", seeds: tuple[int, ...] = ()
+) -> dict[str, list[float]]:
+    """Per-task values recomputed from the unit files by hand (keys ``split/task``, seeds in order; ``seeds``:
+    those seeds' evaluations only, and the warm start's)."""
     out: dict[str, list[float]] = {}
     files = sorted((folder / "units").glob(f"eval-{arm}*.json"))
     for doc in sorted((json.loads(f.read_text()) for f in files), key=lambda d: d["seed"] or 0):
-        rows = doc["fidelity"] if field == "value_f1" else [r for r in doc["items"] if r["setting"] == "none"]
+        if seeds and doc["seed"] not in (None, *seeds):
+            continue
+        rows = doc["fidelity"] if field == "value_f1" else [r for r in doc["items"] if r["setting"] == setting]
         for r in rows:
             if r["split"] in splits and r[field] is not None:
                 out.setdefault(f"{r['split']}/{r['task_id']}", []).append(float(r[field]))
@@ -313,6 +333,55 @@ def test_h3_and_h4_on_the_synthetic_truth(tmp_path: Path) -> None:
     assert "**supported**" in _verdict_line(text, "H4") and "parallel@2" in _verdict_line(text, "H4")
     hurt = _report(make_grid(tmp_path / "exp2", rehearsal={"envace": 0.3}))
     assert "**contradicted**" in _verdict_line(hurt, "H4")
+
+
+# --- private rehearsal on some seeds only (evaluation.rehearsal_seeds) ------------------------------
+
+
+def _rehearsal_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """``(policy, setting) -> [success, gain]`` of the private-rehearsal table."""
+    section = text.split("## Private rehearsal")[1].split("## Verdicts")[0]
+    rows = [r.strip("| ").split(" | ") for r in section.splitlines() if r.startswith("| ") and "| setting |" not in r]
+    return {(r[0], r[1]): r[2:] for r in rows}
+
+
+def test_rehearsal_on_seed_0_only_is_paired_with_none_on_seed_0(tmp_path: Path) -> None:
+    # envace without rehearsal: 0.5 on seed 0, 0 on seeds 1 and 2; with parallel@2 (seed 0 only): 0.8. On the
+    # cells of seed 0 the gain is 0.8 − 0.5 = 0.3; against none over the three seeds it would be 0.8 − 0.5/3 = 0.633
+    rates = {"envace": 0.5, "envace-s1": 0.0, "envace-s2": 0.0}
+    folder = make_grid(tmp_path / "exp", seeds=(0, 1, 2), rehearsal_seeds=(0,), rates=rates, rehearsal={"envace": 0.8})
+    text = _report(folder)
+    rows = _rehearsal_rows(text)
+    with_rehearsal = _per_task(folder, "envace", SPLITS, "success", "parallel@2")
+    assert {len(v) for v in with_rehearsal.values()} == {1}  # seed 0's evaluation only
+    seed0 = _per_task(folder, "envace", SPLITS, "success", seeds=(0,))
+    gain = paired_difference(with_rehearsal, seed0, n_boot=N_BOOT)
+    assert math.isclose(gain[0], 0.3) and rows[("envace", "parallel@2")][1] == format_interval(gain)
+    assert rows[("envace", "parallel@2")][0].startswith("0.800 [")
+    assert rows[("envace", "none")][0].startswith("0.167 [")  # the none row keeps every seed: 0.5 / 3
+    assert "envace gain of parallel@2 over none = 0.300 [" in _verdict_line(text, "H4")
+    assert "cover the runs of seed 0 of the evaluated seeds 0, 1, 2 (`evaluation.rehearsal_seeds`), and the warm " in (
+        text
+    )
+    main = text.split("## Results")[1].split("###")[0]  # tables that compare arms at none keep every seed
+    assert next(r for r in main.splitlines() if r.startswith("| envace |")).split(" | ")[1].startswith("0.167 [")
+
+
+def test_without_rehearsal_seeds_the_rehearsal_section_is_as_before(tmp_path: Path) -> None:
+    """Every seed rehearsed (the default): each setting against none over every seed, as the report always
+    computed it, no sentence on seeds; naming every seed in rehearsal_seeds gives the same report."""
+    folder = make_grid(tmp_path / "exp", rehearsal={"envace": 1.0, "warm_start": 0.2})
+    text = _report(folder)
+    rows = _rehearsal_rows(text)
+    for label, arm in [("warm start", "warm_start"), *((a, a) for a in ARMS)]:
+        none = _per_task(folder, arm, SPLITS, "success")
+        rehearsed = _per_task(folder, arm, SPLITS, "success", "parallel@2")
+        assert rows[(label, "none")] == [format_interval(cluster_bootstrap(none, n_boot=N_BOOT)), "—"]
+        expected = [cluster_bootstrap(rehearsed, n_boot=N_BOOT), paired_difference(rehearsed, none, n_boot=N_BOOT)]
+        assert rows[(label, "parallel@2")] == [format_interval(x) for x in expected], label
+    assert "cover the runs" not in text
+    every = make_grid(tmp_path / "every", rehearsal={"envace": 1.0, "warm_start": 0.2}, rehearsal_seeds=SEEDS)
+    assert _report(every) == text
 
 
 def test_partial_grid_renders_and_lists_missing_units(tmp_path: Path) -> None:

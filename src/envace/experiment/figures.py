@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.hypotheses import NONE, Boot, Interval, success
+from envace.experiment.hypotheses import Boot, Interval, rehearsal_success
 from envace.experiment.results import Results, fidelity_values, item_values
 
 #: the curves figure's tags: the validation headline, turn score and gold-call fidelity over all tools
@@ -98,13 +98,14 @@ def _rehearsal(results: Results, boot: Boot, axes: Any) -> None:
     settings = {s: m for s in results.experiment.settings if (m := _SETTING.match(s))}
     for ax, mode in zip(axes, ("parallel", "sequential"), strict=True):
         for i, (label, arm) in enumerate(_labels(results)):
-            base = boot.mean(success(results, arm, NONE))
-            points = [(0, base[0])] if base else []
+            points, base = [], None
             for setting, m in settings.items():
-                ci = boot.mean(success(results, arm, setting)) if m["mode"] == mode else None
+                values, plain = rehearsal_success(results, arm, setting) if m["mode"] == mode else ({}, {})
+                ci = boot.mean(values)
                 points += [(int(m["n"]), ci[0])] if ci else []
-            if len(points) > 1:  # the N = 0 point alone is no curve
-                points.sort()
+                base = base or boot.mean(plain)  # N = 0 on the task × seed cells the settings have
+            if points and base:  # the N = 0 point alone is no curve
+                points = sorted([(0, base[0]), *points])
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=f"C{i}", label=label)
         ax.set_title(mode)
         ax.set_xlabel("private rehearsals per user turn (N)")

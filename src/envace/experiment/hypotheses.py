@@ -3,7 +3,9 @@
 Every verdict is one of ``supported``, ``contradicted``, ``inconclusive at this scale`` (from
 :func:`~envace.experiment.stats.verdict` and the rule of the hypothesis) or ``not tested (...)`` when
 an arm it needs is not in the grid or has no evaluation yet. Success is the official checker's, with
-no rehearsal (setting ``none``), pooled over the grid's splits; differences are paired by task.
+no rehearsal (setting ``none``), pooled over the grid's splits; differences are paired by task. H4's
+gains of a rehearsal setting over ``none`` are paired on task × seed cells: with ``evaluation.rehearsal_seeds``,
+``none`` on the seeds the setting was evaluated on.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values
+from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, paired_item_values
 from envace.experiment.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, cluster_bootstrap, paired_difference
 from envace.experiment.stats import verdict as interval_verdict
 
@@ -40,6 +42,7 @@ class Verdict(NamedTuple):
 
 Interval = tuple[float, float, float]
 Diff = tuple[float, float, float, int]
+PerTask = dict[str, list[float]]  # task key -> one value per seed
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,17 @@ def format_interval(value: Interval | Diff | None) -> str:
 def success(results: Results, arm: str, setting: str = NONE) -> dict[str, list[float]]:
     """Per-task official success of an arm (or the warm start), pooled over the grid's splits."""
     return item_values(results, arm, "success", results.experiment.splits, setting)
+
+
+def rehearsal_success(results: Results, arm: str, setting: str) -> tuple[PerTask, PerTask]:
+    """:func:`success` with ``setting`` and with ``none`` on the task × seed cells both have: a setting
+    evaluated on some seeds only (``evaluation.rehearsal_seeds``) against ``none`` on those seeds."""
+    return paired_item_values(results, arm, "success", results.experiment.splits, setting, NONE)
+
+
+def gain(results: Results, arm: str, setting: str, boot: Boot) -> Diff | None:
+    """The gain of pooled success with ``setting`` over ``none``, paired on task × seed cells."""
+    return boot.diff(*rehearsal_success(results, arm, setting))
 
 
 def _statement(results: Results, name: str) -> str:
@@ -150,14 +164,14 @@ def _h3(results: Results, boot: Boot) -> tuple[str, str]:
 def best_gain(results: Results, arm: str, boot: Boot) -> tuple[str, Diff] | None:
     """The rehearsal setting with the largest mean gain of pooled success over ``none`` for an arm, and its gain.
 
-    Ties go to the setting listed first in the grid; ``None`` when no setting other than ``none`` has data.
+    Each gain is paired on the task × seed cells the setting has (:func:`gain`). Ties go to the setting
+    listed first in the grid; ``None`` when no setting other than ``none`` has data.
     """
-    base = success(results, arm)
     best: tuple[str, Diff] | None = None
     for setting in results.experiment.settings:
-        gain = boot.diff(success(results, arm, setting), base) if setting != NONE else None
-        if gain is not None and (best is None or gain[0] > best[1][0]):
-            best = (setting, gain)
+        diff = gain(results, arm, setting, boot) if setting != NONE else None
+        if diff is not None and (best is None or diff[0] > best[1][0]):
+            best = (setting, diff)
     return best
 
 
@@ -165,14 +179,14 @@ def _h4(results: Results, boot: Boot) -> tuple[str, str]:
     best = best_gain(results, ENVACE, boot)
     if best is None:
         return "not tested (no rehearsal setting besides none was evaluated for envace)", ""
-    setting, gain = best
-    warm = boot.diff(success(results, WARM, setting), success(results, WARM))
+    setting, mine = best
+    warm = gain(results, WARM, setting, boot)
     if warm is None:
         return f"not tested (the warm start was not evaluated with {setting})", ""
-    evidence = f"{_diff_text(f'envace gain of {setting} over none', gain)}; {_diff_text('warm-start gain', warm)}"
-    if gain[2] < 0:
+    evidence = f"{_diff_text(f'envace gain of {setting} over none', mine)}; {_diff_text('warm-start gain', warm)}"
+    if mine[2] < 0:
         return CONTRADICTED, evidence
-    return (SUPPORTED if gain[1] > 0 and warm[1] <= 0 else INCONCLUSIVE), evidence
+    return (SUPPORTED if mine[1] > 0 and warm[1] <= 0 else INCONCLUSIVE), evidence
 
 
 _RULES = {

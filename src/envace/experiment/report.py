@@ -11,10 +11,20 @@ the verdicts on H1–H4 with the rule of each, the figures.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from envace.experiment.figures import FIGURES, write_figures
-from envace.experiment.hypotheses import NONE, Boot, best_gain, fmt, format_interval, judge, success
+from envace.experiment.hypotheses import (
+    NONE,
+    Boot,
+    best_gain,
+    fmt,
+    format_interval,
+    judge,
+    rehearsal_success,
+    success,
+)
 from envace.experiment.results import (
     WARM,
     Results,
@@ -24,6 +34,7 @@ from envace.experiment.results import (
     item_values,
     load_results,
     pauses_cell,
+    seeds_with,
     task_counts,
 )
 from envace.experiment.stats import minimum_detectable_difference
@@ -197,11 +208,12 @@ def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
     for label, arm in policies(results):
         if not evals_of(results, arm):
             continue
-        base = success(results, arm)
         for setting in results.experiment.settings:
-            values = success(results, arm, setting)
-            gain = "—" if setting == NONE else format_interval(boot.diff(values, base))
-            rows.append([label, setting, format_interval(boot.mean(values)), gain])
+            if setting == NONE:
+                rows.append([label, setting, format_interval(boot.mean(success(results, arm))), "—"])
+                continue
+            values, base = rehearsal_success(results, arm, setting)
+            rows.append([label, setting, format_interval(boot.mean(values)), format_interval(boot.diff(values, base))])
         best = best_gain(results, arm, boot) if sum(s != NONE for s in results.experiment.settings) > 1 else None
         if best:
             rows.append([label, f"best: {best[0]}", "", format_interval(best[1])])
@@ -209,11 +221,39 @@ def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
         "## Private rehearsal",
         "",
         "Official success pooled over splits for each rehearsal setting (`mode@N`: N private rehearsals per user "
-        "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task.",
+        "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task."
+        + _coverage(results),
         "",
         *_table(["policy", "setting", "success (pooled)", "gain over none"], rows),
         "",
     ]
+
+
+def _seeds(seeds: Iterable[int | None]) -> str:
+    """``seed 0``, ``seeds 0, 1``, ``no seed``."""
+    names = [str(s) for s in seeds]
+    return f"seed{'s' * (len(names) > 1)} {', '.join(names)}" if names else "no seed"
+
+
+def _coverage(results: Results) -> str:
+    """The sentence on the seeds the rehearsal settings cover, when it is fewer than the evaluated runs'
+    (``evaluation.rehearsal_seeds``); empty when it is every one."""
+    rehearsed = [s for s in results.experiment.settings if s != NONE]
+    covered = {arm: seeds_with(results, arm, rehearsed) for arm in results.experiment.arms}
+    evaluated = {arm: [e.seed for e in evals_of(results, arm)] for arm in results.experiment.arms}
+    if not rehearsed or covered == evaluated:
+        return ""
+    runs = sorted({s for seeds in evaluated.values() for s in seeds if s is not None})
+    warm = ", and the warm start" if seeds_with(results, WARM, rehearsed) else ""
+    if len({tuple(seeds) for seeds in covered.values()}) == 1:
+        which = f"the runs of {_seeds(next(iter(covered.values())))}"
+    else:
+        which = "the runs of " + "; ".join(f"{arm}: {_seeds(seeds)}" for arm, seeds in covered.items())
+    return (
+        f" The rehearsal settings cover {which} of the evaluated {_seeds(runs)} "
+        f"(`evaluation.rehearsal_seeds`){warm}: a setting's success and its gain are on the task × seed cells it "
+        "has, its gain paired with `none` on the same cells; the `none` rows keep every seed."
+    )
 
 
 def _verdict_section(results: Results, boot: Boot) -> list[str]:

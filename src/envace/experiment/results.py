@@ -284,16 +284,34 @@ def evals_of(results: Results, arm: str, drift: str = "none") -> list[Eval]:
     return [e for e in results.evals if e.arm == arm and e.drift == drift]
 
 
+def _per_task(e: Eval, values: Callable[[Eval], Iterable[tuple[str, float]]]) -> dict[str, float]:
+    """``{task key: value}`` of one evaluation; several values of one task are averaged."""
+    per_task: dict[str, list[float]] = defaultdict(list)
+    for key, value in values(e):
+        per_task[key].append(value)
+    return {key: sum(vs) / len(vs) for key, vs in per_task.items()}
+
+
 def _collect(evals: Iterable[Eval], values: Callable[[Eval], Iterable[tuple[str, float]]]) -> dict[str, list[float]]:
     """``{task key: [one value per evaluation]}``; several values of one task in one evaluation are averaged."""
     out: dict[str, list[float]] = defaultdict(list)
     for e in evals:
-        per_task: dict[str, list[float]] = defaultdict(list)
-        for key, value in values(e):
-            per_task[key].append(value)
-        for key, vs in per_task.items():
-            out[key].append(sum(vs) / len(vs))
+        for key, value in _per_task(e, values).items():
+            out[key].append(value)
     return dict(out)
+
+
+def _item_metric(metric: str, splits: Iterable[str], setting: str) -> Callable[[Eval], Iterable[tuple[str, float]]]:
+    """An evaluation's ``(task key, value)`` of an item metric under one setting; null values are skipped."""
+    wanted = set(splits)
+
+    def values(e: Eval) -> Iterable[tuple[str, float]]:
+        for it in e.items:
+            value = getattr(it, metric)
+            if it.split in wanted and it.setting == setting and value is not None:
+                yield f"{it.split}/{it.task_id}", float(value)
+
+    return values
 
 
 def item_values(
@@ -309,15 +327,31 @@ def item_values(
         setting: the rehearsal setting (``"none"``, ``"parallel@2"``, ...).
         drift: the drift of the evaluations (``"none"``, ``"rename_keys/silent"``, ...).
     """
-    wanted = set(splits)
+    return _collect(evals_of(results, arm, drift), _item_metric(metric, splits, setting))
 
-    def values(e: Eval) -> Iterable[tuple[str, float]]:
-        for it in e.items:
-            value = getattr(it, metric)
-            if it.split in wanted and it.setting == setting and value is not None:
-                yield f"{it.split}/{it.task_id}", float(value)
 
-    return _collect(evals_of(results, arm, drift), values)
+def paired_item_values(
+    results: Results, arm: str, metric: str, splits: Iterable[str], setting: str, baseline: str = "none",
+    drift: str = "none",
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:  # fmt: skip
+    """:func:`item_values` of ``setting`` and of ``baseline`` on the task × seed cells both have, seeds in
+    the same order: a setting evaluated on some seeds only (``evaluation.rehearsal_seeds``) is compared
+    with its baseline on those seeds. Where every evaluation holds both, the two are :func:`item_values`'."""
+    mine, theirs = _item_metric(metric, splits, setting), _item_metric(metric, splits, baseline)
+    a: dict[str, list[float]] = defaultdict(list)
+    b: dict[str, list[float]] = defaultdict(list)
+    for e in evals_of(results, arm, drift):
+        with_setting, base = _per_task(e, mine), _per_task(e, theirs)
+        for key in (k for k in with_setting if k in base):
+            a[key].append(with_setting[key])
+            b[key].append(base[key])
+    return dict(a), dict(b)
+
+
+def seeds_with(results: Results, arm: str, settings: Iterable[str], drift: str = "none") -> list[int | None]:
+    """The seeds of an arm's evaluations that hold an item of any of ``settings`` (the warm start's: ``None``)."""
+    wanted = set(settings)
+    return [e.seed for e in evals_of(results, arm, drift) if any(it.setting in wanted for it in e.items)]
 
 
 def fidelity_values(
