@@ -129,7 +129,7 @@ def test_a_bad_experiment_config_is_one_line(tmp_path: Path) -> None:
 
 def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) -> None:
     """An arm ``<overlay>+<variant>`` runs its overlay with the variant's arguments after the shared
-    ones; an unknown variant, reference arm or evaluation limit is refused by name."""
+    ones; the recipe's arguments reach every run and not the warm start; an unknown variant, reference arm or evaluation limit is refused by name."""
     from envace.experiment.grid import EvalSpec, ExperimentConfig
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env+slow"], fit_args=["--a", "1"],
@@ -138,6 +138,11 @@ def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) 
     args = fit_args(cfg, run)
     assert args[:4] == ["--config", "configs/bfcl.yaml", "--config", "configs/arms/real_env.yaml"]
     assert args.index("2") > args.index("1")  # the variant's value wins over the shared one
+    recipe = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env"], fit_args=["--a", "1"], recipe=["--r", "3"],
+                              reference_arm="real_env")  # fmt: skip
+    warm, run = (next(u for u in units(recipe) if u.kind == kind) for kind in ("warm_start", "run"))
+    assert "--r" not in fit_args(recipe, warm)  # the recipe is the runs': the warm start stays the search's
+    assert fit_args(recipe, run).index("3") > fit_args(recipe, run).index("1")
     with pytest.raises(ValueError, match="names no variant"):
         ExperimentConfig("x", "b.yaml", ["real_env+fast"], variants={"slow": []}, reference_arm="real_env+fast")
     with pytest.raises(ValueError, match="reference_arm"):

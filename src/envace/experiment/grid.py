@@ -172,6 +172,9 @@ class ExperimentConfig:
         policies_from: the config of another experiment whose policies this one evaluates (its warm
             start and the final checkpoints of this config's arms × seeds, in its work folder): this
             grid trains nothing and its ``base`` must be that experiment's.
+        recipe: further ``envace fit`` arguments of every run (every arm, not the warm start), after
+            ``fit_args``: the RL recipe a search chose (``--model.init_args.rl_lr_scale 0.05``), so that
+            the warm start stays the one the search started from and the arms keep their plain names.
         variants: named lists of further ``envace fit`` arguments of the runs, used by arms written
             ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
         reference_arm: the arm every other policy is compared with in the report.
@@ -189,6 +192,7 @@ class ExperimentConfig:
     work: str | None = None
     evaluation: EvalSpec = field(default_factory=EvalSpec)
     policies_from: str | None = None
+    recipe: list[str] = field(default_factory=list)
     variants: dict[str, list[str]] = field(default_factory=dict)
     reference_arm: str = "envace"
 
@@ -217,14 +221,14 @@ class ExperimentConfig:
         return Path(self.work) if self.work else cache_dir() / "experiments" / self.name
 
     def run_args(self, arm: str) -> tuple[str, list[str]]:
-        """An arm's overlay name and its variant's further ``envace fit`` arguments.
+        """An arm's overlay name and its further ``envace fit`` arguments: the recipe's, then its variant's.
 
-        >>> ExperimentConfig("x", "b.yaml", ["envace", "real_env+slow"], variants={"slow": ["--a", "1"]}).run_args(
-        ...     "real_env+slow")
-        ('real_env', ['--a', '1'])
+        >>> ExperimentConfig("x", "b.yaml", ["envace", "real_env+slow"], variants={"slow": ["--a", "1"]},
+        ...                  recipe=["--b", "2"]).run_args("real_env+slow")
+        ('real_env', ['--b', '2', '--a', '1'])
         """
         overlay, _, variant = arm.partition("+")
-        return overlay, list(self.variants[variant]) if variant else []
+        return overlay, [*self.recipe, *(self.variants[variant] if variant else [])]
 
     def metadata(self) -> dict[str, Any]:
         """``experiment.json``: what the report needs to know of the grid."""
