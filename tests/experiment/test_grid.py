@@ -129,7 +129,8 @@ def test_a_bad_experiment_config_is_one_line(tmp_path: Path) -> None:
 
 def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) -> None:
     """An arm ``<overlay>+<variant>`` runs its overlay with the variant's arguments after the shared
-    ones; the recipe's arguments reach every run and not the warm start; an unknown variant, reference arm or evaluation limit is refused by name."""
+    ones; the recipe's arguments reach every run and not the warm start; an unknown variant,
+    reference arm or evaluation limit is refused by name."""
     from envace.experiment.grid import EvalSpec, ExperimentConfig
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env+slow"], fit_args=["--a", "1"],
