@@ -245,3 +245,37 @@ def test_a_run_outside_rehearsal_seeds_is_evaluated_with_none_only(
     every = ["none", "parallel@2", "parallel@2+reimagine1"]
     assert settings == {"eval-warm_start": every, "eval-envace-s0": every, "eval-real_env-s0": every,
                         "eval-envace-s1": ["none"], "eval-real_env-s1": ["none"]}  # fmt: skip
+
+
+def test_the_evaluation_samples_as_evaluation_sampling_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``evaluation.sampling`` reaches the evaluation's sampler over the base config's (a grid whose runs
+    sample on vLLM evaluates on it too); the temperature stays ``evaluation.temperature``'s, and an
+    unknown field is refused by name."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import envace.evaluation
+    import envace.evaluation.policies
+    from envace.experiment import evaluate as unit_eval
+    from envace.experiment.grid import EvalSpec
+
+    cfg = load_config(str(tiny_grid(tmp_path)))
+    spec = dataclasses.replace(cfg.evaluation, sampling={"engine": "vllm", "top_p": 0.9})
+    cfg = dataclasses.replace(cfg, evaluation=spec)
+    used: list[Any] = []
+
+    def evaluate(benchmark: str, policy: Any, *, sampling: Any, **kw: Any) -> SimpleNamespace:
+        used.append(sampling)
+        return SimpleNamespace(items=[])
+
+    monkeypatch.setattr(envace.evaluation, "evaluate", evaluate)
+    loaded = SimpleNamespace(tokenizer=None, fmt=None)
+    monkeypatch.setattr(envace.evaluation.policies, "load_eval_policy", lambda *a, **k: loaded)
+    monkeypatch.setattr(unit_eval, "held_out", lambda *a: [])
+    monkeypatch.setattr(unit_eval, "gold_fidelity", lambda *a: [])
+    unit_eval.evaluate_unit(cfg, next(u for u in units(cfg) if u.kind == "eval"), tmp_path / "last.ckpt")
+    assert used and all((s.engine, s.top_p, s.temperature) == ("vllm", 0.9, spec.temperature) for s in used)
+    with pytest.raises(ValueError, match="evaluation.sampling: unknown or fixed field 'temperature'"):
+        EvalSpec(sampling={"temperature": 1.0})
+    with pytest.raises(ValueError, match="'engin'"):
+        EvalSpec(sampling={"engin": "vllm"})

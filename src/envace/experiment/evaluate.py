@@ -73,7 +73,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
     drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
     limits = RolloutLimits(**{**model.get("limits", {}), **spec.limits})
-    sampling = SamplingConfig(**{**model.get("sampling", {}), "temperature": spec.temperature})
+    sampling = SamplingConfig(**{**model.get("sampling", {}), **spec.sampling, "temperature": spec.temperature})
     loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
     policy = load_eval_policy(str(checkpoint), loading)
     items: list[dict[str, Any]] = []

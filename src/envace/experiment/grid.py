@@ -23,6 +23,7 @@ import yaml
 
 from envace.envs import DriftSpec
 from envace.paths import cache_dir
+from envace.rollout.engine.sampling import SamplingConfig
 from envace.rollout.loop import RolloutLimits
 
 KINDS = ("warm_start", "run", "eval")
@@ -58,6 +59,9 @@ class EvalSpec:
         rehearsal_seeds: the seeds whose runs are also evaluated with ``n > 0`` (the warm start always
             is; a run of another seed, with ``none`` only: a rehearsal setting costs 2-3 plain ones);
             ``None``: every seed. Seeds of the experiment's ``seeds``; ``n_values`` must hold 0.
+        sampling: the evaluation's sampler over the base config's (``SamplingConfig`` fields but
+            ``temperature``), e.g. ``{engine: vllm, vllm: {dtype: bfloat16}}``: the evaluation reads the
+            base config, not ``fit_args``, so a grid whose runs sample on vLLM says so here too.
     """
 
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
@@ -72,6 +76,7 @@ class EvalSpec:
     drift: list[Any] = field(default_factory=list)
     reimagine: list[int] = field(default_factory=lambda: [0])
     limits: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict)
     rehearsal_seeds: list[int] | None = None
 
     def __post_init__(self) -> None:
@@ -85,6 +90,11 @@ class EvalSpec:
         unknown = sorted(set(self.limits) - known)
         if unknown:
             raise ValueError(f"evaluation.limits: unknown limit {unknown[0]!r} (limits: {', '.join(sorted(known))})")
+        known = {f.name for f in dataclasses.fields(SamplingConfig)} - {"temperature"}
+        unknown = sorted(set(self.sampling) - known)
+        if unknown:
+            raise ValueError(f"evaluation.sampling: unknown or fixed field {unknown[0]!r} (temperature is "
+                             f"evaluation.temperature; fields: {', '.join(sorted(known))})")  # fmt: skip
         if self.rehearsal_seeds is not None:
             _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
 
