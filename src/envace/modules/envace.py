@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Literal
 
 import torch
@@ -247,7 +246,8 @@ class EnvACEModule(PolicyModule):
         g, sampled, seconds, replaced = self.group_size, list(episodes), result.stats.seconds, 0
         datamodule = getattr(self._trainer, "datamodule", None)
         pool: list[Task] = getattr(datamodule, "train_set", [])
-        gen = torch.Generator().manual_seed(int(os.environ.get("PL_GLOBAL_SEED", 0)) * 1_000_003 + self.global_step)
+        seed = getattr(datamodule, "data_seed", 0)  # the data order's seed: one reading of seed_everything
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + self.global_step)
         for _ in range(self.dynamic_sampling):
             flat = flat_groups([r.score for r in rewards], g)
             if not flat or not pool:
