@@ -25,7 +25,7 @@ import yaml
 
 from envace.bench.common import make_module, trained_policy
 from envace.data.datamodule import EnvACEDataModule
-from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig
+from envace.rollout import RolloutLimits, SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def roll(module: Any, tasks: list[Any], continuous: bool, seeds: list[int]) -> d
     """One RL-step rollout of ``tasks`` with a fresh engine; its counts and the episodes' ids."""
     module.sampling = dataclasses.replace(module.sampling, continuous=continuous)
     module._engine = None  # a fresh engine: its own stats and caches
-    rollout = module.rollout(PolicyRehearsal(module.rehearse_tokens))
+    rollout = module.rollout(module.training_responder())
     began = time.perf_counter()
     episodes = rollout.run(tasks, module.group_size, seeds=seeds)
     wall = time.perf_counter() - began
@@ -73,7 +73,6 @@ def main() -> None:
         name,
         group_size=model_args["group_size"],
         limits=RolloutLimits(**model_args["limits"]),
-        rehearse_tokens=model_args["rehearse_tokens"],
         sampling=SamplingConfig(**{**model_args["sampling"], **({"dtype": args.dtype} if args.dtype else {})}),
     )
     module.policy = trained_policy(name, args.checkpoint)
