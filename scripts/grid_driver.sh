@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run an experiment's units one at a time from a git worktree at a fixed commit, and commit each
+# finished unit's result file into this checkout at once: how the CPU grids ran across sessions
+# (docs/experiment.md). The code a unit runs does not move while others commit to the checkout; a
+# killed driver loses at most the unit in flight, which `envace experiment` resumes from its last
+# checkpoint when the driver is started again. Heavy jobs share one lock (ENVACE_LOCK), so a test
+# run or a benchmark that takes it waits for the unit in flight, and the unit for it.
+#
+#   scripts/grid_driver.sh configs/experiments/bfcl_cpu_v2.yaml <commit> [unit ...]
+#
+# Without units: every unit `--list` shows as not done, in its order. The worktree is
+# ../grid-<experiment name>, beside this checkout; the checkout's .venv runs it (PYTHONPATH=src).
+set -euo pipefail
+config=$1 commit=$2
+shift 2
+main=$(git rev-parse --show-toplevel)
+cd "$main"
+name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
+results=$(python3 -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c.get('results') or 'docs/experiments/' + c['name'])" "$config")
+lock=${ENVACE_LOCK:-/tmp/envace-heavy.lock}
+tree="$main/../grid-$name"
+[ -d "$tree" ] || git worktree add --detach "$tree" "$commit"
+if [ $# -eq 0 ]; then
+  mapfile -t units < <(PYTHONPATH=src .venv/bin/envace experiment --config "$config" --list | awk '$NF != "done" && $1 ~ /^[0-9]+$/ {print $2}')
+else
+  units=("$@")
+fi
+for unit in "${units[@]}"; do
+  file="$results/units/$unit.json"
+  [ -f "$main/$file" ] && continue
+  git -C "$tree" checkout -q --detach "$commit"
+  rm -rf "${tree:?}/$results"
+  git -C "$tree" checkout -q -- .  # the commit's own result files, then every one landed since
+  mkdir -p "$tree/$results/units"
+  cp -n "$main/$results"/units/*.json "$tree/$results/units/" 2>/dev/null || true
+  echo "=== $(date -u +%T) $unit at $(git -C "$tree" rev-parse --short HEAD)"
+  (cd "$tree" && flock "$lock" env PYTHONPATH=src "$main/.venv/bin/envace" experiment --config "$config" --unit "$unit")
+  if [ -f "$tree/$file" ]; then
+    mkdir -p "$main/$results/units"
+    cp "$tree/$file" "$main/$file"
+    cp "$tree/$results/experiment.json" "$main/$results/" 2>/dev/null || true
+    for _ in 1 2 3 4 5; do  # another commit may hold the index for a moment
+      git add "$file" "$results/experiment.json" && git commit -qm "$name: $unit" -- "$file" "$results/experiment.json" && break
+      sleep 5
+    done
+  fi
+done
+echo "=== $(date -u +%T) $name: no unit left in this list"
