@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
-from envace.experiment.hypotheses import Boot, format_interval
+from envace.experiment.hypotheses import Boot, format_interval, markdown_table
 from envace.experiment.results import WARM, Results, code_cell, fidelity_values, item_values, load_results, pauses_cell
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
@@ -60,11 +60,6 @@ def load_grid(folder: str | Path) -> DriftGrid:
         raise f.error(f"task_classes.{bad[0]}", "must be a list of class names")
     train = f.array("train_classes", lambda v: isinstance(v, str), "a string") if "train_classes" in f.obj else []
     return DriftGrid(drifts, source, dict(classes), train)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _kind_mode(label: str) -> list[str]:
@@ -115,7 +110,7 @@ def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[s
     rows.append(["minimum detectable difference (success, one policy, a drift against none)", _mdd(results)])
     if source is not None:
         rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])
-    return [f"# Drift experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
+    return [f"# Drift experiment `{exp.name}`", "", "## Grid", "", *markdown_table(["", ""], rows), ""]
 
 
 def _mdd(results: Results) -> str:
@@ -161,7 +156,7 @@ def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]
             "rehearsals per user turn; `+reimagine<k>`: with the mitigation). Each cell is `mean [lo, hi]`: the "
             f"mean over tasks of the per-task mean over seeds, with a {boot.n_boot}-replicate 95% bootstrap interval "
             f"(tasks, then seeds within each; generator seed {boot.seed}). Δ: success under the drift − without, "
-            "setting `none`, paired by task.", "", *_table(header, rows), ""]  # fmt: skip
+            "setting `none`, paired by task.", "", *markdown_table(header, rows), ""]  # fmt: skip
 
 
 def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
@@ -184,7 +179,7 @@ def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str
             "committed call's real (drifted) response against the response the latest imagination before it "
             "rehearsed for that tool (its arguments first); calls never rehearsed are left out. key_f1 measures the "
             "shape (drift renames, nests and adds keys), value_f1 the values.", "",
-            *_table(header, rows), ""]  # fmt: skip
+            *markdown_table(header, rows), ""]  # fmt: skip
 
 
 def _mitigation_pairs(settings: list[str]) -> list[tuple[str, str]]:
@@ -221,7 +216,7 @@ def _mitigation_section(results: Results, grid: DriftGrid, boot: Boot) -> list[s
             "the (policy, drift) cells of each (a task's cells are one cluster: the same task under every drift is "
             "nearly the same episode again). The verdict rests on the pooled success gain under drift: kept only if "
             "its interval lies above 0.", "",
-            *_table(header, rows), "", *verdicts, ""]  # fmt: skip
+            *markdown_table(header, rows), "", *verdicts, ""]  # fmt: skip
 
 
 def _keep(gain: tuple[float, float, float, int, int] | None) -> str:
@@ -264,7 +259,8 @@ def _unseen_section(grid: DriftGrid, source: Results | None, boot: Boot) -> list
             "every class it involves; held out = not among the training classes "
             f"{', '.join(grid.train_classes) or '—'}), beside its `val` split (unseen scenarios of the training "
             f"classes).{note}", "",
-            *_table(["API class", "held out", "tasks", *(label for label, _ in policies)], rows), ""]  # fmt: skip
+            *markdown_table(["API class", "held out", "tasks", *(label for label, _ in policies)], rows),
+            ""]  # fmt: skip
 
 
 def render_drift_report(results: Results, grid: DriftGrid, source: Results | None, n_boot: int = 2000,

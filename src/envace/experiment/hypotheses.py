@@ -82,6 +82,16 @@ def format_interval(value: Interval | Diff | None) -> str:
     return "—" if value is None else f"{fmt(value[0])} [{fmt(value[1])}, {fmt(value[2])}]"
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a markdown table.
+
+    >>> markdown_table(["a", "b"], [["1", "2"]])
+    ['| a | b |', '|---|---|', '| 1 | 2 |']
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
 def success(results: Results, arm: str, setting: str = NONE) -> dict[str, list[float]]:
     """Per-task official success of an arm (or the warm start), pooled over the grid's splits."""
     return item_values(results, arm, "success", results.experiment.splits, setting)

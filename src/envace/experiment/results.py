@@ -314,6 +314,11 @@ def _item_metric(metric: str, splits: Iterable[str], setting: str) -> Callable[[
     return values
 
 
+def eval_item_values(e: Eval, metric: str, splits: Iterable[str], setting: str = "none") -> dict[str, float]:
+    """``{task key: value}`` of one evaluation (one seed) for an item metric, as :func:`item_values` reads it."""
+    return _per_task(e, _item_metric(metric, splits, setting))
+
+
 def item_values(
     results: Results, arm: str, metric: str, splits: Iterable[str], setting: str = "none", drift: str = "none"
 ) -> dict[str, list[float]]:
