@@ -479,7 +479,9 @@ def test_pauses_are_left_out_of_a_units_seconds_and_listed(tmp_path: Path) -> No
     assert next(r for r in results.runs if (r.arm, r.seed) == ("envace", 0)).seconds == 60.0
     text = _report(folder)
     assert "run-envace-s0: 40 s left out (stopped for a CI run)" in text.split("## Minimum")[0]
-    envace_cost = next(line for line in text.splitlines() if line.startswith("| envace | 2 |"))
+    envace_cost = next(
+        line for line in text.split("## Cost of RL")[1].splitlines() if line.startswith("| envace | 2 |")
+    )
     assert envace_cost.split(" | ")[2] == "80.5"  # (60 + 101) / 2
 
 
@@ -497,3 +499,67 @@ def test_malformed_pauses_raise_naming_file_and_field(tmp_path: Path, pauses: di
     _write(folder / "pauses.json", pauses)
     with pytest.raises(ValueError, match=rf"pauses.json: field '{field}'|run-envace-s0.json: field '{field}'"):
         load_results(folder)
+
+
+# --- training and the warm start task by task ---------------------------------------------------
+
+
+def _section(text: str, title: str) -> list[str]:
+    """The table rows of a report section, each split into cells."""
+    lines = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0].splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")][1:]
+
+
+def _add_train_curves(folder: Path, arm: str, seed: int, reward: list[float], kl: list[float]) -> None:
+    path = folder / "units" / f"run-{arm}-s{seed}.json"
+    doc = json.loads(path.read_text())
+    n = len(reward)
+    doc["curves"] |= {
+        "train/reward/all": [[i, r] for i, r in enumerate(reward)],
+        "train/success/all": [[i, r] for i, r in enumerate(reward)],
+        "train/rl/kl": [[i, k] for i, k in enumerate(kl)],
+        "train/official/scored": [[i, 16.0] for i in range(n)],
+        "train/official/disagree/all": [[i, 0.125 if i == 0 else 0.0] for i in range(n)],  # 2 episodes at step 0
+        "train/official/proxy_only/all": [[i, 0.0625 if i == 0 else 0.0] for i in range(n)],
+        "train/official/official_only/all": [[i, 0.0625 if i == 0 else 0.0] for i in range(n)],
+    }
+    _write(path, doc)
+
+
+def test_the_training_section_and_figure_from_train_curves(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp", arms=("envace", "real_env"))
+    # envace: seed 0 thirds (3 points each of 9) 0.1 → 0.7, seed 1 0.3 → 0.9; KL max 0.02 and 0.04
+    _add_train_curves(folder, "envace", 0, [0.1] * 3 + [0.5] * 3 + [0.7] * 3, [0.0] * 8 + [0.02])
+    _add_train_curves(folder, "envace", 1, [0.3] * 3 + [0.5] * 3 + [0.9] * 3, [0.04] + [0.0] * 8)
+    text = write_report(folder, n_boot=N_BOOT).read_text()
+    rows = {row[0]: row for row in _section(text, "Training")}
+    assert rows["envace"][1:5] == ["2", "0.200 → 0.800", "0.200 → 0.800", "0.0300"]
+    # 2 runs × 9 steps × 16 scored = 288 episodes, 2 disagreeing per run: 4 / 288, one each way per run
+    assert rows["envace"][-1] == f"{4 / 288:.3f} (2 / 2 of 288)"
+    assert rows["real_env"][2:] == ["—"] * 9  # its files have no train/* curves: dashes, no crash
+    assert (folder / "figures" / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(figures/training.png)" in text
+
+
+def test_without_train_curves_the_training_table_is_dashes_and_no_figure(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    text = write_report(folder, n_boot=N_BOOT).read_text()
+    rows = _section(text, "Training")
+    assert [row[0] for row in rows] == list(ARMS)
+    assert all(row[1] == "2" and row[2:] == ["—"] * 9 for row in rows)
+    assert not (folder / "figures" / "training.png").exists()
+    assert "training.png" not in text
+
+
+def test_against_the_warm_start_counts_tasks_gained_and_lost(tmp_path: Path) -> None:
+    # warm start: t00–t02 pass in each split. envace (0.8): seed 0 passes t00–t07, seed 1 t00–t06 and t09:
+    # 5 gained per split, none lost. real_env (0.2, shifted by 5): seed 0 passes t05, t06, seed 1 t04, t05:
+    # 2 gained and 3 lost per split. Pooled over the two splits: twice that.
+    folder = make_grid(tmp_path / "exp", arms=("envace", "real_env"), offsets={"real_env": 5})
+    rows = _section(_report(folder), "Against the warm start, task by task")
+    assert rows == [
+        ["envace", "0", "20", "6", "16", "10", "0"],
+        ["envace", "1", "20", "6", "16", "10", "0"],
+        ["real_env", "0", "20", "6", "4", "4", "6"],
+        ["real_env", "1", "20", "6", "4", "4", "6"],
+    ]

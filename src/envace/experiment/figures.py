@@ -1,7 +1,9 @@
-"""The four figures of the experiment report (PNG, matplotlib's Agg backend, imported on first use).
+"""The figures of the experiment report (PNG, matplotlib's Agg backend, imported on first use).
 
-Each figure is drawn from the result files with the report's bootstrap settings; one without data
-still gets written (with a "no data" note), so ``report.md`` can always link all four.
+Each figure is drawn from the result files with the report's bootstrap settings; one of the four of
+:data:`FIGURES` without data still gets written (with a "no data" note), so ``report.md`` can always
+link all four. The training figure (:data:`TRAINING_FIGURE`) is written, and linked, only when a run
+file holds the ``train/*`` curves (:func:`figures_of`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from envace.experiment.hypotheses import Boot, Interval, rehearsal_success
 from envace.experiment.results import Results, fidelity_values, item_values
+from envace.experiment.training_table import KL, MOVING_AVERAGE, REWARD, has_training_curves, moving_average
 
 #: the curves figure's tags: the validation headline, turn score and gold-call fidelity over all tools
 #: (a fit also logs each per benchmark ``/all`` and per tool ``/tool/<name>``: too many panels to read)
@@ -26,6 +29,10 @@ FIGURES = {
     "curves.png": "Validation curves during RL: mean over seeds per arm vs step",
     "rehearsal.png": "Official success (pooled) vs number of private rehearsals N, parallel and sequential",
     "fidelity.png": "Gold-call rehearsal fidelity (value_f1, pooled): warm start vs each arm's final policy",
+}
+TRAINING_FIGURE = {
+    "training.png": f"Training per RL step, mean over each arm's runs: reward (moving average over {MOVING_AVERAGE} "
+    "steps; thin: per step) and KL to the warm start",
 }
 _SETTING = re.compile(r"^(?P<mode>[a-z_]+)@(?P<n>\d+)$")
 
@@ -132,8 +139,34 @@ def _fidelity(results: Results, boot: Boot, ax: Any) -> None:
         _no_data(ax)
 
 
+def _training(results: Results, axes: Any) -> None:
+    reward_ax, kl_ax = axes
+    for i, arm in enumerate(results.experiment.arms):
+        reward = mean_curve(results, arm, REWARD)
+        if reward:
+            steps, values = [p[0] for p in reward], [p[1] for p in reward]
+            reward_ax.plot(steps, values, color=f"C{i}", linewidth=0.6, alpha=0.35)
+            reward_ax.plot(steps, moving_average(values), color=f"C{i}", label=arm)
+        kl = mean_curve(results, arm, KL)
+        if kl:
+            kl_ax.plot([p[0] for p in kl], [p[1] for p in kl], color=f"C{i}", label=arm)
+    for ax, title in ((reward_ax, f"training reward ({REWARD})"), (kl_ax, f"KL to the warm start ({KL})")):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("RL step")
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:
+            _no_data(ax)
+
+
+def figures_of(results: Results) -> dict[str, str]:
+    """The figures written for these results, file name -> caption: :data:`FIGURES`, and the training
+    figure when a run file holds its curves."""
+    return {**FIGURES, **(TRAINING_FIGURE if has_training_curves(results) else {})}
+
+
 def write_figures(results: Results, folder: Path, boot: Boot) -> list[Path]:
-    """Write the four figures of :data:`FIGURES` into ``folder``.
+    """Write the figures of :func:`figures_of` into ``folder``.
 
     Args:
         results: the loaded results.
@@ -141,7 +174,7 @@ def write_figures(results: Results, folder: Path, boot: Boot) -> list[Path]:
         boot: the bootstrap settings of the intervals drawn.
 
     Returns:
-        The paths written, in the order of :data:`FIGURES`.
+        The paths written, in the order of :func:`figures_of`.
     """
     import matplotlib
 
@@ -159,8 +192,11 @@ def write_figures(results: Results, folder: Path, boot: Boot) -> list[Path]:
     _curves(results, figs["curves.png"])
     _rehearsal(results, boot, figs["rehearsal.png"].subplots(1, 2))
     _fidelity(results, boot, figs["fidelity.png"].add_subplot(1, 1, 1))
+    if has_training_curves(results):
+        figs["training.png"] = plt.figure(figsize=(12, 4))
+        _training(results, figs["training.png"].subplots(1, 2))
     paths = []
-    for name in FIGURES:
+    for name in figures_of(results):
         fig = figs[name]
         fig.tight_layout()
         fig.savefig(folder / name, dpi=110)

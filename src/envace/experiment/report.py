@@ -5,8 +5,9 @@ clock, no environment, every bootstrap with one fixed seed. Rendering the same f
 same ``report.md`` byte for byte; the figures are only linked from it.
 
 Order of the report: the grid and its compute, the minimum detectable difference (before any result),
-the main table and the differences to the reference arm, the cost of RL per arm, private rehearsal,
-the verdicts on H1–H4 with the rule of each, the figures.
+the main table and the differences to the reference arm, each run's final policy against the warm start
+task by task, the training per arm (:mod:`envace.experiment.training_table`), the cost of RL per arm,
+private rehearsal, the verdicts on H1–H4 with the rule of each, the figures.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from envace.experiment.figures import FIGURES, write_figures
+from envace.experiment.figures import figures_of, write_figures
 from envace.experiment.hypotheses import (
     NONE,
     Boot,
@@ -22,6 +23,7 @@ from envace.experiment.hypotheses import (
     fmt,
     format_interval,
     judge,
+    markdown_table,
     rehearsal_success,
     success,
 )
@@ -38,6 +40,7 @@ from envace.experiment.results import (
     task_counts,
 )
 from envace.experiment.stats import minimum_detectable_difference
+from envace.experiment.training_table import against_warm_start_section, training_section
 
 __all__ = ["load_results", "main_table", "policies", "render_report", "write_report"]
 
@@ -48,11 +51,6 @@ ALPHA, POWER = 0.05, 0.8
 def policies(results: Results) -> list[tuple[str, str]]:
     """``(row label, arm)`` of the report's rows: the warm start, then the grid's arms."""
     return [("warm start", WARM)] + [(arm, arm) for arm in results.experiment.arms]
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _seconds(x: float) -> str:
@@ -95,7 +93,7 @@ def _header(results: Results) -> list[str]:
         ["pauses (pauses.json)", pauses_cell(results)],
         ["… warm start / runs / evaluations", f"{_seconds(warm_s)} / {_seconds(run_s)} / {_seconds(eval_s)}"],
     ]
-    return [f"# Experiment `{exp.name}`", "", "## Grid", "", *_table(["", ""], rows), ""]
+    return [f"# Experiment `{exp.name}`", "", "## Grid", "", *markdown_table(["", ""], rows), ""]
 
 
 def _mdd_row(label: str, n: int, k: int, p_hat: float | None) -> list[str]:
@@ -125,7 +123,7 @@ def _mdd_section(results: Results) -> list[str]:
         "of one task are correlated, so the real MDD is larger. A difference smaller than this is not expected to "
         "show.",
         "",
-        *_table(["tasks", "n", "k", "p (warm start)", "MDD at p", "MDD at p = 0.5"], rows),
+        *markdown_table(["tasks", "n", "k", "p (warm start)", "MDD at p", "MDD at p = 0.5"], rows),
         "",
     ]
 
@@ -176,14 +174,14 @@ def _results_section(results: Results, boot: Boot) -> list[str]:
         f"seeds and a {boot.n_boot}-replicate 95% percentile bootstrap interval resampling tasks, then seeds within "
         f"each task (generator seed {boot.seed}). Pooled: the tasks of all splits together.",
         "",
-        *_table(header, main_table(results, boot)),
+        *markdown_table(header, main_table(results, boot)),
         "",
         f"### Difference to the reference arm ({exp.reference_arm})",
         "",
         f"`{exp.reference_arm} − policy` in official success, paired by task over the tasks both have; the "
         "bootstrap resamples tasks and, within each, the seeds of each side independently.",
         "",
-        *_table(diff_header, _diff_rows(results, boot)),
+        *markdown_table(diff_header, _diff_rows(results, boot)),
         "",
     ]
 
@@ -200,7 +198,7 @@ def _cost_section(results: Results) -> list[str]:
         means += [sum(r.cost[k] for r in runs) / len(runs) for k in keys]
         rows.append([arm, str(len(runs)), *(f"{m:.1f}" for m in means)])
     header = ["arm", "runs", "wall s per run", "steps", *(k.replace("_", " ") for k in keys)]
-    return ["## Cost of RL", "", "Mean over the arm's runs (one per seed).", "", *_table(header, rows), ""]
+    return ["## Cost of RL", "", "Mean over the arm's runs (one per seed).", "", *markdown_table(header, rows), ""]
 
 
 def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
@@ -224,7 +222,7 @@ def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
         "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task."
         + _coverage(results),
         "",
-        *_table(["policy", "setting", "success (pooled)", "gain over none"], rows),
+        *markdown_table(["policy", "setting", "success (pooled)", "gain over none"], rows),
         "",
     ]
 
@@ -264,9 +262,9 @@ def _verdict_section(results: Results, boot: Boot) -> list[str]:
     return [*lines, ""]
 
 
-def _figure_section() -> list[str]:
+def _figure_section(results: Results) -> list[str]:
     lines = ["## Figures", ""]
-    for name, caption in FIGURES.items():
+    for name, caption in figures_of(results).items():
         lines += [f"![{caption}](figures/{name})", "", f"*{caption}*", ""]
     return lines
 
@@ -284,10 +282,12 @@ def render_report(results: Results, n_boot: int = 2000, seed: int = 0) -> str:
         _header(results),
         _mdd_section(results),
         _results_section(results, boot),
+        against_warm_start_section(results),
+        training_section(results),
         _cost_section(results),
         _rehearsal_section(results, boot),
         _verdict_section(results, boot),
-        _figure_section(),
+        _figure_section(results),
     ]
     return "\n".join(line for section in sections for line in section).rstrip("\n") + "\n"
 
