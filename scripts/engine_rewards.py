@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 import yaml
+from compare_fits import paired  # scripts/: the same paired interval as the fit comparison's
 
 from envace.bench.common import make_module, trained_policy
 from envace.data.datamodule import EnvACEDataModule
@@ -46,14 +46,6 @@ def roll(module: Any, tasks: list[Any]) -> dict[str, Any]:
         "format_errors": sum(ep.format_errors for ep in episodes) / len(episodes),
         "wall_seconds": round(wall, 1),
     }
-
-
-def paired(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """mean(b − a) over paired values and its 95 % normal interval."""
-    d = [y - x for x, y in zip(a, b, strict=True)]
-    m = statistics.mean(d)
-    half = 1.96 * statistics.stdev(d) / math.sqrt(len(d))
-    return m, m - half, m + half
 
 
 def main() -> None:
