@@ -1,25 +1,34 @@
-"""Compare two fits' logged curves: the RL reward per step and the validation figures.
+"""Compare fits' logged curves: the RL reward per step and the validation figures, over seeds.
 
 Made for the vLLM issue's check that a fit rolled out on vLLM matches the same fit on our engine
-(same config, same seed; docs/vllm.md, "A fit on each engine"), usable for any two TensorBoard runs::
+(same config, same seeds; docs/vllm.md, "A fit on each engine"), usable for any TensorBoard runs::
 
-    python scripts/compare_fits.py runs/bfcl/engine_ours runs/bfcl/engine_vllm
+    python scripts/compare_fits.py --a runs/bfcl/engine_ours --b runs/bfcl/engine_vllm
+    python scripts/compare_fits.py --a docs/experiments/engine_fits/ours-s*.json \\
+                                   --b docs/experiments/engine_fits/vllm-s*.json
+    python scripts/compare_fits.py --save runs/bfcl/engine_ours_s1 ours-s1.json --time-log time.txt
 
-Prints, as markdown: each validation tag at each logged step for both runs; the RL reward per step
-for both; and the difference of the mean RL reward (b − a) with 95 % intervals: Welch, the steps as
-samples (each step's reward is the mean of that step's episodes), and paired by step (with the same
-seed both runs draw the same tasks at each step, so pairing removes the tasks' difficulty). Two runs
-whose samples come from different random streams differ by sampling noise alone; the intervals say
-how large that is.
+A run is a TensorBoard folder or a summary file that ``--save`` wrote from one (its curves, and the
+wall time and peak memory of ``/usr/bin/time -v`` when given): the summaries are small enough to
+commit, so a comparison over several sessions reads them rather than event files that a new machine
+no longer has. ``--a`` and ``--b`` name one run per seed, in the same seed order.
+
+Prints, as markdown: with one run a side, each validation tag at each logged step for both and the
+RL reward per step, with the difference of the mean RL reward (b − a): Welch over steps and paired by
+step (with the same seed both runs draw the same tasks at each step). With more, one row per run,
+then b − a over the runs' means, Welch and paired by seed: the seeds, not the steps, are the
+independent samples once the policies diverge.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import re
+from pathlib import Path
 from statistics import NormalDist, mean, variance
-
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typing import Any
 
 VAL_TAGS = (
     "val/committed/official_success/all",
@@ -27,13 +36,41 @@ VAL_TAGS = (
     "val/committed/act_tool_f1/all",
 )
 REWARD_TAG = "train/reward/all"
+Curves = dict[str, dict[int, float]]
 
 
-def scalars(folder: str) -> dict[str, dict[int, float]]:
+def scalars(folder: str) -> Curves:
     """Every scalar tag of a TensorBoard run folder: tag -> {step: value} (the last value per step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(folder, size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def load(run: str) -> dict[str, Any]:
+    """A run's summary: ``curves`` (the compared tags) and, from a summary file, its other fields."""
+    if run.endswith(".json"):
+        data = json.loads(Path(run).read_text())
+        data["curves"] = {t: {int(s): v for s, v in c.items()} for t, c in data["curves"].items()}
+        return data
+    found = scalars(run)
+    return {"run": run, "curves": {t: found[t] for t in (*VAL_TAGS, REWARD_TAG) if t in found}}
+
+
+def time_log(text: str) -> dict[str, float]:
+    """Wall seconds and peak resident GB from the report of ``/usr/bin/time -v``.
+
+    >>> time_log("Elapsed (wall clock) time (h:mm:ss or m:ss): 15:04.20\\nMaximum resident set size (kbytes): 7550000")
+    {'wall_s': 904.2, 'peak_rss_gb': 7.55}
+    """
+    out = {}
+    if m := re.search(r"Elapsed \(wall clock\) time.*: ([\d:.]+)", text):
+        parts = [float(p) for p in m.group(1).split(":")]
+        out["wall_s"] = round(sum(p * 60**i for i, p in enumerate(reversed(parts))), 1)
+    if m := re.search(r"Maximum resident set size \(kbytes\): (\d+)", text):
+        out["peak_rss_gb"] = round(int(m.group(1)) / 1e6, 2)
+    return out
 
 
 def welch(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -51,14 +88,14 @@ def paired(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, 
     return mean(d), mean(d) - half, mean(d) + half
 
 
-def report(a: str, b: str) -> list[str]:
-    sa, sb = scalars(a), scalars(b)
-    lines = [f"a = `{a}`, b = `{b}`", "", "| tag | step | a | b |", "|---|---|---|---|"]
+def per_step(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """One run a side: every validation point and every RL step's reward, with intervals over steps."""
+    ca, cb = a["curves"], b["curves"]
+    lines = [f"a = `{a['run']}`, b = `{b['run']}`", "", "| tag | step | a | b |", "|---|---|---|---|"]
     for tag in VAL_TAGS:
-        for step in sorted(set(sa.get(tag, {})) | set(sb.get(tag, {}))):
-            va, vb = sa.get(tag, {}).get(step), sb.get(tag, {}).get(step)
-            lines.append(f"| {tag} | {step} | {_f(va)} | {_f(vb)} |")
-    ra, rb = sa.get(REWARD_TAG, {}), sb.get(REWARD_TAG, {})
+        for step in sorted(set(ca.get(tag, {})) | set(cb.get(tag, {}))):
+            lines.append(f"| {tag} | {step} | {_f(ca.get(tag, {}).get(step))} | {_f(cb.get(tag, {}).get(step))} |")
+    ra, rb = ca.get(REWARD_TAG, {}), cb.get(REWARD_TAG, {})
     lines += ["", f"`{REWARD_TAG}` per RL step:", "", "| step | a | b |", "|---|---|---|"]
     lines += [f"| {s} | {_f(ra.get(s))} | {_f(rb.get(s))} |" for s in sorted(set(ra) | set(rb))]
     if len(ra) > 1 and len(rb) > 1:
@@ -71,16 +108,65 @@ def report(a: str, b: str) -> list[str]:
     return lines
 
 
-def _f(x: float | None) -> str:
-    return "—" if x is None else f"{x:.3f}"
+def figures(run: dict[str, Any]) -> dict[str, float | None]:
+    """A run's compared figures: the mean RL reward over its steps and each validation tag's last value."""
+    curves = run["curves"]
+    reward = curves.get(REWARD_TAG, {})
+    out: dict[str, float | None] = {"mean RL reward": mean(reward.values()) if reward else None}
+    for tag in VAL_TAGS:
+        values = curves.get(tag, {})
+        out[f"{tag.split('/')[2]} (last val)"] = values[max(values)] if values else None
+    return out
+
+
+def over_seeds(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
+    """One row per run, then b − a of each figure over the runs: Welch, and paired by seed order."""
+    names = list(figures(a[0]))
+    lines = ["| side | run | " + " | ".join(names) + " | wall s | peak GB |", "|---" * (len(names) + 4) + "|"]
+    for side, runs in (("a", a), ("b", b)):
+        for run in runs:
+            cells = [_f(v) for v in figures(run).values()]
+            lines.append(f"| {side} | `{run['run']}` | " + " | ".join(cells) + f" | {_f(run.get('wall_s'), 0)} | "
+                         f"{_f(run.get('peak_rss_gb'), 2)} |")  # fmt: skip
+    lines += ["", "b − a over runs (95 %, normal approximation):", "", "| figure | a | b | Welch | paired by seed |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        va = [v for v in (figures(r)[name] for r in a) if v is not None]
+        vb = [v for v in (figures(r)[name] for r in b) if v is not None]
+        if len(va) < 2 or len(vb) < 2:
+            continue
+        w = _interval(welch(va, vb))
+        p = _interval(paired(va, vb)) if len(va) == len(vb) else "—"
+        lines.append(f"| {name} | {mean(va):.3f} | {mean(vb):.3f} | {w} | {p} |")
+    return lines
+
+
+def _interval(d: tuple[float, float, float]) -> str:
+    return f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", help="a TensorBoard run folder (runs/bfcl/engine_ours)")
-    parser.add_argument("b", help="another (runs/bfcl/engine_vllm)")
+    parser.add_argument("--a", nargs="+", default=[], help="runs of one side, one per seed (folders or .json)")
+    parser.add_argument("--b", nargs="+", default=[], help="runs of the other side, in the same seed order")
+    parser.add_argument("--save", nargs=2, metavar=("FOLDER", "OUT"), help="write FOLDER's summary to OUT")
+    parser.add_argument("--time-log", help="with --save: a /usr/bin/time -v report of the fit")
+    parser.add_argument("--commit", help="with --save: the commit the fit ran at")
     args = parser.parse_args()
-    print("\n".join(report(args.a, args.b)))
+    if args.save:
+        folder, out = args.save
+        summary = {**load(folder), "run": Path(folder).name, "commit": args.commit}
+        summary.update(time_log(Path(args.time_log).read_text()) if args.time_log else {})
+        Path(out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        return
+    if not args.a or not args.b:
+        parser.error("give --a and --b (or --save)")
+    a, b = [load(r) for r in args.a], [load(r) for r in args.b]
+    print("\n".join(per_step(a[0], b[0]) if len(a) == len(b) == 1 else over_seeds(a, b)))
 
 
 if __name__ == "__main__":
