@@ -7,7 +7,7 @@ training reward (the start-up of vLLM's server is in its wall time). The engines
 random streams, so single episodes differ; the question is whether their reward distributions do.
 Prints one JSON object: per engine the mean reward, truncation rate, format errors per episode and
 wall time; per task both engines' mean rewards; and the difference of the means (vLLM − ours)
-paired by task with a 95 % interval (normal approximation over the task differences).
+paired by task with a 95 % interval (Student's t over the task differences).
 
     .venv/bin/python scripts/engine_rewards.py --checkpoint <warm start>.ckpt --tasks 24
 """
