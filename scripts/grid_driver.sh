@@ -33,14 +33,24 @@ for unit in "${units[@]}"; do
   git -C "$tree" checkout -q -- .  # the commit's own result files, then every one landed since
   mkdir -p "$tree/$results/units"
   cp -n "$main/$results"/units/*.json "$tree/$results/units/" 2>/dev/null || true
+  if [ -d "$main/$results/checkpoints" ]; then  # the warm start's kept weights (runner.keep_policy)
+    mkdir -p "$tree/$results/checkpoints"
+    cp -n "$main/$results"/checkpoints/*.ckpt "$tree/$results/checkpoints/" 2>/dev/null || true
+  fi
   echo "=== $(date -u +%T) $unit at $(git -C "$tree" rev-parse --short HEAD)"
   (cd "$tree" && flock "$lock" env PYTHONPATH=src "$main/.venv/bin/envace" experiment --config "$config" --unit "$unit")
   if [ -f "$tree/$file" ]; then
     mkdir -p "$main/$results/units"
     cp "$tree/$file" "$main/$file"
     cp "$tree/$results/experiment.json" "$main/$results/" 2>/dev/null || true
+    paths=("$file" "$results/experiment.json")
+    for kept in "$tree/$results"/checkpoints/*.ckpt; do  # committed with the result that made it
+      [ -f "$kept" ] && [ ! -f "$main/$results/checkpoints/${kept##*/}" ] || continue
+      mkdir -p "$main/$results/checkpoints" && cp "$kept" "$main/$results/checkpoints/"
+      paths+=("$results/checkpoints/${kept##*/}")
+    done
     for _ in 1 2 3 4 5; do  # another commit may hold the index for a moment
-      git add "$file" "$results/experiment.json" && git commit -qm "$name: $unit" -- "$file" "$results/experiment.json" && break
+      git add "${paths[@]}" && git commit -qm "$name: $unit" -- "${paths[@]}" && break
       sleep 5
     done
   fi

@@ -84,22 +84,29 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
 
     report = (cfg.results_dir / "report.md").read_text()
     assert report == render_report(load_results(cfg.results_dir))  # every number recomputed from the files
-    # a fresh machine: the warm start's checkpoint is gone; what starts from it reruns its fit and checks
+    # the warm start's weights are kept with the result files (a fresh machine restores them from there:
+    # test_a_missing_warm_start_is_restored_from_its_kept_weights_and_checked)
+    from envace.experiment.runner import fingerprint
+
+    kept = cfg.results_dir / "checkpoints" / "warm_start.ckpt"
+    assert fingerprint(kept) == warm["fingerprint"]
+    # a fresh machine without that copy either: what starts from the warm start reruns its fit and checks
     # that it gives the recorded weights before going on
     import shutil
 
     shutil.rmtree(cfg.work_dir / "warm_start")
+    kept.unlink()
     (done / "eval-warm_start.json").unlink()
     again = experiment(config, "--no-report", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = again.communicate(timeout=600)
-    assert again.returncode == 0 and "its checkpoint is missing" in out, out[-3000:]
+    assert again.returncode == 0 and "running its fit again" in out, out[-3000:]
     assert (done / "eval-warm_start.json").exists()
     listed = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(config), "--list"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert listed.returncode == 0 and listed.stdout.count("done") == 10
 
 
-@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu", "bfcl_cpu_tune"])
+@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu", "bfcl_cpu_tune", "bfcl_cpu_tune2"])
 def test_the_experiment_configs_parse_unit_by_unit(name: str) -> None:
     """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU; every
     variant of the recipe search)."""
@@ -279,3 +286,38 @@ def test_the_evaluation_samples_as_evaluation_sampling_says(tmp_path: Path, monk
         EvalSpec(sampling={"temperature": 1.0})
     with pytest.raises(ValueError, match="'engin'"):
         EvalSpec(sampling={"engin": "vllm"})
+
+
+def test_a_missing_warm_start_is_restored_from_its_kept_weights_and_checked(tmp_path: Path, monkeypatch) -> None:
+    """On a machine without the grid's work folder the warm start comes back from the copy kept with the
+    result files, not from a fit run again (another CPU gives other weights); a copy that holds other
+    weights than the result file records stops the grid, and nothing is fitted either way."""
+    import torch
+
+    from envace.experiment import runner
+    from envace.experiment.grid import WARM, ExperimentConfig, write_result
+
+    cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
+                           work=str(tmp_path / "w"))  # fmt: skip
+    warm = units(cfg)[0]
+    assert warm.key == WARM
+    state = {"policy.lora_A": torch.arange(6.0).view(2, 3), "reference.lora_A": torch.zeros(2, 3)}
+    last = runner.last_checkpoint(cfg, WARM)
+    last.parent.mkdir(parents=True)
+    torch.save({"state_dict": state, "global_step": 32, "optimizer_states": [{"m": torch.ones(3)}]}, last)
+    recorded = runner.fingerprint(last)
+    kept = runner.keep_policy(cfg, warm)
+    write_result(cfg, warm, {"unit": WARM, "fingerprint": recorded})
+    assert set(torch.load(kept, weights_only=True)) == {"state_dict", "global_step"}  # no optimizer
+    assert list(torch.load(kept, weights_only=True)["state_dict"]) == ["policy.lora_A"]
+
+    monkeypatch.setattr(runner, "run_fit", lambda *a: pytest.fail("the warm start was fitted again"))
+    last.unlink()
+    runner.ensure_checkpoint(cfg, warm)
+    assert last.is_file() and runner.fingerprint(last) == recorded
+
+    last.unlink()
+    torch.save({"state_dict": {"policy.lora_A": torch.ones(2, 3)}, "global_step": 32}, kept)
+    with pytest.raises(ValueError, match="holds other weights"):
+        runner.ensure_checkpoint(cfg, warm)
+    assert not last.exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -200,19 +201,71 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
         began = time.perf_counter()
         result = evaluate_unit(cfg, unit, policy_checkpoint(cfg, unit))
         result["seconds"] = round(time.perf_counter() - began, 1)
-        return write_result(cfg, unit, {**result, "code": git_commit()})
+        return write_result(cfg, unit, {**result, "code": git_commit(), "machine": machine()})
     run_fit(cfg, unit)
-    return write_result(cfg, unit, {**fit_result(cfg, unit), "code": git_commit()})
+    if unit.kind == "warm_start":
+        keep_policy(cfg, unit)
+    return write_result(cfg, unit, {**fit_result(cfg, unit), "code": git_commit(), "machine": machine()})
+
+
+def machine() -> dict[str, Any]:
+    """The CPU a unit ran on and the kernels it chose: a grid spans machines, and its units' seconds and
+    numerics (bf16 or fp32) are only comparable where these agree."""
+    from envace.hardware import capability, cpu_model
+
+    return {"cpu": cpu_model(), **capability().as_dict()}
+
+
+def kept_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """The copy of a finished warm start's policy weights beside the result files (committed with them)."""
+    return cfg.results_dir / "checkpoints" / f"{unit.key}.ckpt"
+
+
+def keep_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
+    """Write the warm start's policy weights where the result files are, to be committed with them.
+
+    Every run and evaluation of the grid starts from the warm start, and a grid spans sessions whose
+    machines differ: run again on another CPU (other kernels), the same fit gives other weights, so the
+    checkpoint cannot be rebuilt, only restored. The copy holds what a fit or an evaluation reads: the
+    policy's trainable weights (LoRA: a few MB), its spec and step; no optimizer, no frozen copies.
+    """
+    import torch
+
+    from envace.policy import read_checkpoint
+
+    ckpt = read_checkpoint(str(last_checkpoint(cfg, unit.key)))
+    kept = {
+        "state_dict": {k: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")},
+        **{k: ckpt[k] for k in ("envace", "global_step", "epoch") if k in ckpt},
+    }
+    path = kept_policy(cfg, unit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".ckpt.tmp")
+    torch.save(kept, tmp)
+    tmp.replace(path)
+    return path
 
 
 def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
-    """The finished ``unit``'s checkpoint, which the units after it start from: when it is missing (a
-    fresh machine, a cleaned cache), its fit runs again, and must give the weights its result file
-    records; else the grid would mix two versions of it, and it stops."""
-    last = last_checkpoint(cfg, unit.key)
+    """The finished ``unit``'s checkpoint, which the units after it start from. When it is missing (a
+    fresh machine, a cleaned cache), it is restored from the copy :func:`keep_policy` left with the
+    result files; without one, its fit runs again. Either must hold the weights its result file records:
+    else the grid would mix two versions of it, and it stops."""
+    last, kept = last_checkpoint(cfg, unit.key), kept_policy(cfg, unit)
     if last.is_file():
+        if unit.kind == "warm_start" and not kept.is_file():  # a grid begun before copies were kept
+            keep_policy(cfg, unit)
         return
     recorded = json.loads(result_path(cfg, unit).read_text()).get("fingerprint")
+    if kept.is_file():
+        found = fingerprint(kept)
+        if recorded is not None and found != recorded:
+            raise ValueError(f"{unit.key}: {kept} holds other weights ({found[:12]}) than its result file "
+                             f"records ({recorded[:12]})")  # fmt: skip
+        print(f"[{cfg.name}] {unit.key}: its checkpoint is missing ({last}); restored from {kept}", flush=True)
+        last.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept, last)
+        return
     print(f"[{cfg.name}] {unit.key}: its checkpoint is missing ({last}); running its fit again", flush=True)
     run_fit(cfg, unit)
     again = fingerprint(last)
