@@ -84,22 +84,21 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
 
     report = (cfg.results_dir / "report.md").read_text()
     assert report == render_report(load_results(cfg.results_dir))  # every number recomputed from the files
-    # the warm start's weights are kept with the result files (a fresh machine restores them from there:
-    # test_a_missing_warm_start_is_restored_from_its_kept_weights_and_checked)
+    # the warm start's weights are kept with the result files: a fresh machine, without the grid's work
+    # folder, restores them from there (not by a fit run again: on another CPU that gives other weights)
+    # and evaluates from them
+    import shutil
+
     from envace.experiment.runner import fingerprint
 
     kept = cfg.results_dir / "checkpoints" / "warm_start.ckpt"
     assert fingerprint(kept) == warm["fingerprint"]
-    # a fresh machine without that copy either: what starts from the warm start reruns its fit and checks
-    # that it gives the recorded weights before going on
-    import shutil
-
     shutil.rmtree(cfg.work_dir / "warm_start")
-    kept.unlink()
     (done / "eval-warm_start.json").unlink()
     again = experiment(config, "--no-report", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = again.communicate(timeout=600)
-    assert again.returncode == 0 and "running its fit again" in out, out[-3000:]
+    assert again.returncode == 0 and "restored from" in out and kept.name in out, out[-3000:]
+    assert "running its fit again" not in out
     assert (done / "eval-warm_start.json").exists()
     listed = subprocess.run([sys.executable, "-m", "envace.cli", "experiment", "--config", str(config), "--list"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -321,3 +320,42 @@ def test_a_missing_warm_start_is_restored_from_its_kept_weights_and_checked(tmp_
     with pytest.raises(ValueError, match="holds other weights"):
         runner.ensure_checkpoint(cfg, warm)
     assert not last.exists()
+
+
+def test_without_a_kept_copy_the_warm_start_is_fitted_again_and_must_give_its_recorded_weights(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A grid begun before copies were kept, on a machine without its work folder: the warm start's fit
+    runs again, and the grid goes on only when it gives the weights the result file records (on the same
+    CPU it should; on another one it does not, and the grid stops rather than mix two warm starts)."""
+    import torch
+
+    from envace.experiment import runner
+    from envace.experiment.grid import WARM, ExperimentConfig, write_result
+
+    cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
+                           work=str(tmp_path / "w"))  # fmt: skip
+    warm = units(cfg)[0]
+    last = runner.last_checkpoint(cfg, WARM)
+    last.parent.mkdir(parents=True)
+    torch.save({"state_dict": {"policy.lora_A": torch.arange(6.0).view(2, 3)}, "global_step": 32}, last)
+    write_result(cfg, warm, {"unit": WARM, "fingerprint": runner.fingerprint(last)})
+    fits = []
+
+    def fit_giving(weights: torch.Tensor):
+        def fit(*_: object) -> float:
+            fits.append(1)
+            torch.save({"state_dict": {"policy.lora_A": weights}, "global_step": 32}, last)
+            return 1.0
+
+        return fit
+
+    last.unlink()
+    monkeypatch.setattr(runner, "run_fit", fit_giving(torch.arange(6.0).view(2, 3)))
+    runner.ensure_checkpoint(cfg, warm)
+    assert fits == [1] and last.is_file()
+
+    last.unlink()
+    monkeypatch.setattr(runner, "run_fit", fit_giving(torch.ones(2, 3)))
+    with pytest.raises(ValueError, match="gives other weights"):
+        runner.ensure_checkpoint(cfg, warm)

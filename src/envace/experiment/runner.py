@@ -234,7 +234,7 @@ def keep_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
     from envace.policy import read_checkpoint
 
     ckpt = read_checkpoint(str(last_checkpoint(cfg, unit.key)))
-    kept = {
+    kept: dict[str, Any] = {
         "state_dict": {k: v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")},
         **{k: ckpt[k] for k in ("envace", "global_step", "epoch") if k in ckpt},
     }
