@@ -169,3 +169,47 @@ def test_backward_in_chunks_holds_one_chunk_of_activations() -> None:
         whole, peak = peak, 0
         backward_in_chunks(fn, batch, loss_of, 400, backward)  # one row a chunk
     assert peak < whole / 3
+
+
+def test_still_rows_run_without_backward_and_change_neither_gradient_nor_stats() -> None:
+    """A GRPO group without reward variance (no KL term) has an exactly zero gradient: the update runs
+    its rows forward without autograd and takes no backward on them, and the step's gradient, loss and
+    every stat are the whole batch's."""
+    from envace.losses import LossInputs, RoleGRPOLoss
+
+    model, batch = _model(), _batch(lengths=(30, 50, 20, 60, 40, 35))
+    with torch.no_grad():
+        batch = batch._replace(logprobs=(selected_logprobs(model, batch) - 0.1) * batch.loss_mask)
+    inputs = LossInputs(logprobs=batch.logprobs, old_logprobs=batch.logprobs, roles=batch.roles,
+                        loss_mask=batch.loss_mask, rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]),
+                        group_ids=torch.arange(6) // 2)  # fmt: skip
+    grpo = RoleGRPOLoss()
+    still = grpo.still_rows(inputs)
+    assert still.tolist() == [False, False, True, True, True, True]  # groups 1 and 2 are flat
+
+    def loss_of(lp: torch.Tensor):
+        return grpo(inputs._replace(logprobs=lp))
+
+    fn = _shared_or_plain(model)
+    want, want_stats = loss_of(fn(batch))
+    want.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad()
+    with_grad = []
+
+    def counting(b: TokenBatch) -> torch.Tensor:
+        with_grad.append(torch.is_grad_enabled())
+        return fn(b)
+
+    got, stats = backward_in_chunks(counting, batch, loss_of, 300, still=still)
+    assert with_grad.count(True) >= 1 and with_grad.count(False) >= 1
+    torch.testing.assert_close(got, want.detach(), atol=1e-5, rtol=1e-5)
+    for key, value in want_stats.items():
+        torch.testing.assert_close(stats[key], value.detach(), atol=1e-5, rtol=1e-4)
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, grads[name], atol=1e-5, rtol=1e-4)
+
+    assert not RoleGRPOLoss(kl_coef=0.05).still_rows(inputs).any()  # a KL term moves every row
+    masked = inputs._replace(rewards=torch.tensor([1.0, 0.0, 1.0, 0.0, float("nan"), 1.0]))
+    assert grpo.still_rows(masked).tolist() == [False, False, False, False, True, True]  # one valid: flat

@@ -335,6 +335,24 @@ class RoleGRPOLoss(nn.Module):
         Masked episodes (``valid`` False or non-finite reward) are removed from the loss entirely:
         their tokens join neither numerator nor denominator, so adding one changes nothing.
         """
+        roles, loss_mask = batch_field(batch, "roles"), batch_field(batch, "loss_mask")
+        adv, adv_stats, ok = self._advantages(batch)
+        loss, stats = clipped_surrogate(
+            batch_field(batch, "logprobs"),
+            batch_field(batch, "old_logprobs"),
+            token_advantages(adv, roles),
+            roles,
+            loss_mask.bool() & ok[:, None],
+            self.role_weights,
+            self.clip_eps,
+            self.clip_eps_high,
+            batch_field(batch, "ref_logprobs"),
+            self.kl_coef,
+        )
+        return loss, {**stats, **adv_stats}
+
+    def _advantages(self, batch: LossInputs | Mapping[str, Tensor]) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        """``(adv [B, R], their stats, ok [B])``: equation (1) over the batch's valid episodes."""
 
         def get(name: str) -> Any:
             return batch_field(batch, name)
@@ -343,7 +361,7 @@ class RoleGRPOLoss(nn.Module):
         ok = torch.isfinite(rewards) if valid is None else valid.bool() & torch.isfinite(rewards)
         present, counts = role_presence(roles, loss_mask)
         given = get("role_counts")
-        adv, adv_stats = rolewise_advantages(
+        adv, stats = rolewise_advantages(
             rewards,
             get("group_ids"),
             present,
@@ -352,16 +370,15 @@ class RoleGRPOLoss(nn.Module):
             role_counts=given if given is not None else counts,
             scale_std=self.scale_std,
         )
-        loss, stats = clipped_surrogate(
-            get("logprobs"),
-            get("old_logprobs"),
-            token_advantages(adv, roles),
-            roles,
-            loss_mask.bool() & ok[:, None],
-            self.role_weights,
-            self.clip_eps,
-            self.clip_eps_high,
-            get("ref_logprobs"),
-            self.kl_coef,
-        )
-        return loss, {**stats, **adv_stats}
+        return adv, stats, ok
+
+    def still_rows(self, batch: LossInputs | Mapping[str, Tensor]) -> Tensor:
+        """``[B]`` bool: the episodes whose gradient in this loss is exactly zero, whatever their
+        log-probs — every advantage 0 (a group without reward variance gets exactly 0, not a rounding
+        residue) or masked, and no KL term. The update runs them without autograd
+        (:func:`~envace.modules.logprobs.backward_in_chunks`). A subclass that adds a term to the loss
+        must say here which rows it leaves without gradient."""
+        adv, _, ok = self._advantages(batch)
+        if self.kl_coef:
+            return torch.zeros_like(ok)
+        return (adv == 0).all(dim=1) | ~ok

@@ -186,19 +186,23 @@ class PolicyModule(pl.LightningModule):
         return chunked_logprobs(partial(self._logprobs, temperature=temperature), batch, self._chunk_tokens(),
                                 self._prefix)  # fmt: skip
 
-    def update(self, batch: TokenBatch, loss_of: LossOf, temperature: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
+    def update(
+        self, batch: TokenBatch, loss_of: LossOf, temperature: float = 1.0, still: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One optimizer step on ``loss_of(log-probs of batch)``: gradients accumulated chunk by chunk
         (:func:`backward_in_chunks`: memory bounded, nothing recomputed), then the step and the
         learning-rate schedule. ``temperature``: the one the log-probs are taken at (the sampling
         temperature of RL episodes, whose recorded log-probs the loss's ratio divides by; 1 for the
-        warm start). Returns the detached loss and stats."""
+        warm start). ``still``: rows whose gradient is exactly zero, run without autograd (not under
+        FSDP, whose ranks must run the same forwards and backwards). Returns the detached loss and stats."""
         opt: Any = self.optimizers()
         sched: Any = self.lr_schedulers()
         opt.zero_grad(set_to_none=True)
         logprobs = partial(self._logprobs, temperature=temperature)
         loss, stats = backward_in_chunks(
-            logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix
-        )
+            logprobs, batch, loss_of, self._chunk_tokens(), self.manual_backward, self._prefix,
+            still if self.device_mesh is None else None,
+        )  # fmt: skip
         if self.optim.max_grad_norm:
             self.clip_gradients(opt, gradient_clip_val=self.optim.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()

@@ -234,7 +234,10 @@ class EnvACEModule(PolicyModule):
             if self.loss.kl_coef > 0 or self.reference is not None
             else None,
         )
-        loss, stats = self.update(tokens, lambda lp: self.loss(inputs._replace(logprobs=lp)), self.loss_temperature)
+        still = self.loss.still_rows(inputs)  # flat groups: a forward for the stats, no backward
+        loss, stats = self.update(
+            tokens, lambda lp: self.loss(inputs._replace(logprobs=lp)), self.loss_temperature, still
+        )
         self.log_stats("train/rl", {"loss": loss, **stats}, len(episodes))
         return RLStepOutput(loss=loss, episodes=episodes, rewards=rewards, rollout=result.stats)
 

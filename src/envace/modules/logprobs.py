@@ -165,6 +165,7 @@ def backward_in_chunks(
     max_tokens: int | None,
     backward: Callable[[Tensor], Any] = Tensor.backward,
     prefix_of: Callable[[TokenBatch], int] | None = None,
+    still: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Accumulate the gradient of ``loss_of(fn(batch))`` one row chunk at a time; returns the detached
     loss and stats of the whole batch.
@@ -177,14 +178,26 @@ def backward_in_chunks(
     depend on the other rows' log-probs (token or sequence means with normalisers from the masks,
     advantages from the rewards: both EnvACE losses); ``tests/modules/test_logprobs.py`` checks the
     gradients against one backward over the whole batch.
+
+    ``still``: ``[B]`` bool, rows whose gradient is known to be exactly zero (GRPO: a group without
+    reward variance and no KL term, :meth:`~envace.losses.RoleGRPOLoss.still_rows`). They run forward
+    without autograd, for the loss's value and stats, and take no backward: their share of the step's
+    cost falls from a forward and a backward to a forward. A batch whose every row is still runs as
+    without ``still`` (the step then carries an all-zero gradient, which Adam's moments still see).
     """
-    chunks = row_chunks(batch, max_tokens, prefix_of) if max_tokens else []
-    if len(chunks) <= 1:
+    if still is not None and (still.all() or not still.any()):
+        still = None
+    chunks = _chunks(batch, max_tokens, prefix_of, still)
+    if len(chunks) <= 1 and still is None:
         loss, stats = loss_of(fn(batch))
         backward(loss)
         return loss.detach(), stats
     values = batch.logprobs.detach().float().clone()  # rows not yet run: the sampling log-probs (ratio 1)
     for rows in chunks:
+        if still is not None and bool(still[rows.start]):
+            with torch.no_grad():
+                values[rows] = _chunk_logprobs(fn, batch, rows).float()
+            continue
         lp = _chunk_logprobs(fn, batch, rows)
         placed = torch.cat([values[: rows.start], lp, values[rows.stop :]])
         part, _ = loss_of(placed)
@@ -193,3 +206,23 @@ def backward_in_chunks(
     with torch.no_grad():
         loss, stats = loss_of(values)
     return loss, stats
+
+
+def _chunks(
+    batch: TokenBatch, max_tokens: int | None, prefix_of: Callable[[TokenBatch], int] | None, still: Tensor | None
+) -> list[slice]:
+    """:func:`row_chunks` (or the whole batch, without ``max_tokens``) within each run of consecutive
+    rows that are all still or all not, so that no chunk mixes the two."""
+    rows = batch.input_ids.shape[0]
+    flags = [False] * rows if still is None else [bool(x) for x in still]
+    runs, start = [], 0
+    for row in range(1, rows + 1):
+        if row == rows or flags[row] != flags[start]:
+            runs.append(slice(start, row))
+            start = row
+    out = []
+    for run in runs:
+        part = TokenBatch(*(t[run] for t in batch))
+        inner = row_chunks(part, max_tokens, prefix_of) if max_tokens else [slice(0, run.stop - run.start)]
+        out += [slice(run.start + c.start, run.start + c.stop) for c in inner]
+    return out
