@@ -469,6 +469,16 @@ def test_the_grid_table_names_the_code_each_unit_ran(tmp_path: Path) -> None:
     assert f"`{'a' * 12}`: 2, `{'b' * 12}+dirty`: 1, `unrecorded`: {len(files) - 3}" in grid
 
 
+def test_a_folders_notes_stand_under_the_title_and_nowhere_without_them(tmp_path: Path) -> None:
+    """A later grid's one line on an earlier report survives regenerating it: notes.md is an input."""
+    folder = make_grid(tmp_path / "exp")
+    assert "## Notes" not in _report(folder)
+    (folder / "notes.md").write_text("Superseded by `v2`: the rate collapsed the format.\n", encoding="utf-8")
+    text = _report(folder)
+    assert text.index("## Notes") < text.index("## Minimum")
+    assert "\n## Notes\n\nSuperseded by `v2`: the rate collapsed the format.\n" in text
+
+
 def test_pauses_are_left_out_of_a_units_seconds_and_listed(tmp_path: Path) -> None:
     """A unit stopped with SIGSTOP for a while: pauses.json takes those seconds out of its cost."""
     folder = make_grid(tmp_path / "exp")

@@ -280,6 +280,7 @@ def render_report(results: Results, n_boot: int = 2000, seed: int = 0) -> str:
     boot = Boot(n_boot, seed)
     sections = [
         _header(results),
+        ["## Notes", "", results.notes, ""] if results.notes else [],
         _mdd_section(results),
         _results_section(results, boot),
         against_warm_start_section(results),

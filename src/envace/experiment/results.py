@@ -120,6 +120,7 @@ class Results:
     evals: list[Eval]
     codes: dict[str, int] = field(default_factory=dict)  #: :func:`code_label` -> units that ran that code
     pauses: dict[str, Pause] = field(default_factory=dict)  #: unit key -> seconds left out of its own, and why
+    notes: str = ""  #: ``notes.md`` of the folder, hand-written (what a later grid changed, and why)
 
 
 def _experiment(f: Fields) -> Experiment:
@@ -265,7 +266,8 @@ def load_results(folder: str | Path) -> Results:
             evals.append(record)
     runs.sort(key=lambda r: (r.arm, r.seed))
     evals.sort(key=lambda e: (e.arm, -1 if e.seed is None else e.seed, e.policy))
-    return Results(experiment, warm[0] if warm else None, runs, evals, dict(codes), pauses)
+    notes = (folder / "notes.md").read_text(encoding="utf-8").strip() if (folder / "notes.md").is_file() else ""
+    return Results(experiment, warm[0] if warm else None, runs, evals, dict(codes), pauses, notes)
 
 
 def code_label(code: Any) -> str:
