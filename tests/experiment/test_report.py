@@ -376,12 +376,32 @@ def test_without_rehearsal_seeds_the_rehearsal_section_is_as_before(tmp_path: Pa
     for label, arm in [("warm start", "warm_start"), *((a, a) for a in ARMS)]:
         none = _per_task(folder, arm, SPLITS, "success")
         rehearsed = _per_task(folder, arm, SPLITS, "success", "parallel@2")
-        assert rows[(label, "none")] == [format_interval(cluster_bootstrap(none, n_boot=N_BOOT)), "—"]
+        assert rows[(label, "none")] == [format_interval(cluster_bootstrap(none, n_boot=N_BOOT)), "—", "—"]
         expected = [cluster_bootstrap(rehearsed, n_boot=N_BOOT), paired_difference(rehearsed, none, n_boot=N_BOOT)]
-        assert rows[(label, "parallel@2")] == [format_interval(x) for x in expected], label
+        assert rows[(label, "parallel@2")] == [*(format_interval(x) for x in expected), "—"], label  # no flags
     assert "cover the runs" not in text
     every = make_grid(tmp_path / "every", rehearsal={"envace": 1.0, "warm_start": 0.2}, rehearsal_seeds=SEEDS)
     assert _report(every) == text
+
+
+def test_the_rehearsal_table_counts_the_attempts_a_limit_ended(tmp_path: Path) -> None:
+    """Per policy and setting: committed and imagined attempts ended by a limit, of those recorded."""
+    folder = make_grid(tmp_path / "exp", rehearsal={"envace": 1.0, "warm_start": 0.2})
+    file = folder / "units" / "eval-warm_start.json"
+    doc = json.loads(file.read_text())
+    for k, item in enumerate(doc["items"]):
+        item["flags"] = ["truncated"] if k % 4 == 0 else []
+        if item["setting"] != "none":
+            item["imagined_flags"] = [["max_steps"], []]
+    _write(file, doc)
+    items = doc["items"]
+    rows = _rehearsal_rows(_report(folder))
+    for setting in ("none", "parallel@2"):
+        mine = [k for k, it in enumerate(items) if it["setting"] == setting]
+        ended = sum(k % 4 == 0 for k in mine)
+        imagined = "" if setting == "none" else f" · imagined {len(mine)}/{2 * len(mine)}"
+        assert rows[("warm start", setting)][-1] == f"committed {ended}/{len(mine)}{imagined}"
+    assert rows[("envace", "none")][-1] == "—"
 
 
 def test_partial_grid_renders_and_lists_missing_units(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from envace.experiment.hypotheses import (
 )
 from envace.experiment.results import (
     WARM,
+    Item,
     Results,
     code_cell,
     evals_of,
@@ -207,24 +208,42 @@ def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
         if not evals_of(results, arm):
             continue
         for setting in results.experiment.settings:
+            ended = limit_shares([it for e in evals_of(results, arm) for it in e.items if it.setting == setting])
             if setting == NONE:
-                rows.append([label, setting, format_interval(boot.mean(success(results, arm))), "—"])
+                rows.append([label, setting, format_interval(boot.mean(success(results, arm))), "—", ended])
                 continue
             values, base = rehearsal_success(results, arm, setting)
-            rows.append([label, setting, format_interval(boot.mean(values)), format_interval(boot.diff(values, base))])
+            gain = format_interval(boot.diff(values, base))
+            rows.append([label, setting, format_interval(boot.mean(values)), gain, ended])
         best = best_gain(results, arm, boot) if sum(s != NONE for s in results.experiment.settings) > 1 else None
         if best:
-            rows.append([label, f"best: {best[0]}", "", format_interval(best[1])])
+            rows.append([label, f"best: {best[0]}", "", format_interval(best[1]), ""])
     return [
         "## Private rehearsal",
         "",
         "Official success pooled over splits for each rehearsal setting (`mode@N`: N private rehearsals per user "
-        "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task."
-        + _coverage(results),
+        "turn before the committed attempt); gain = success with the setting − success with `none`, paired by task; "
+        "ended by a limit: committed attempts / imagined attempts that a rollout limit ended (`max_steps`, "
+        "`truncated`, ...), of those recorded (— in files without flags)." + _coverage(results),
         "",
-        *markdown_table(["policy", "setting", "success (pooled)", "gain over none"], rows),
+        *markdown_table(["policy", "setting", "success (pooled)", "gain over none", "ended by a limit"], rows),
         "",
     ]
+
+
+def limit_shares(items: list[Item]) -> str:
+    """``committed k/n · imagined k/m``: attempts a rollout limit ended, of those whose flags are recorded.
+
+    >>> limit_shares([Item("val", "a", "p@2", 2, "p", True, 1.0, 1.0, flags=("truncated",),
+    ...                    imagined_flags=((), ("max_steps",)))])
+    'committed 1/1 · imagined 1/2'
+    """
+    committed = [bool(it.flags) for it in items if it.flags is not None]
+    imagined = [bool(a) for it in items if it.imagined_flags is not None for a in it.imagined_flags]
+    if not committed and not imagined:
+        return "—"
+    parts = [f"committed {sum(committed)}/{len(committed)}"] if committed else []
+    return " · ".join(parts + ([f"imagined {sum(imagined)}/{len(imagined)}"] if imagined else []))
 
 
 def _seeds(seeds: Iterable[int | None]) -> str:
