@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from envace.experiment.figures import curve_tags, mean_curve
-from envace.experiment.hypotheses import format_interval
+from envace.experiment.hypotheses import families, format_interval
 from envace.experiment.report import load_results, render_report, write_report
 from envace.experiment.stats import (
     CONTRADICTED,
@@ -219,6 +219,26 @@ def test_paired_difference_pairs_by_shared_task() -> None:
         paired_difference({"x": [1.0]}, {"y": [1.0]})
 
 
+def test_a_family_of_copies_counts_once_in_the_bootstrap() -> None:
+    # each task copied into three categories of its scenario, with the same outcome: resampling families
+    # gives exactly the interval of the originals (one chunk of replicates, one seed per task); resampling
+    # tasks treats the copies as independent and narrows the interval by about √3
+    rng = random.Random(1)
+    original = {f"val/multi_turn_base_{i}": [float(rng.random() < 0.4)] for i in range(30)}
+    copies = {
+        f"val/multi_turn_{category}_{i}": v
+        for i, v in enumerate(original.values())
+        for category in ("base", "miss_param", "miss_func")
+    }
+    scenario = {key: key.rsplit("_", 1)[1] for key in copies}
+    alone = cluster_bootstrap(original, n_boot=200)
+    assert cluster_bootstrap(copies, n_boot=200, families=scenario) == pytest.approx(alone)
+    naive = cluster_bootstrap(copies, n_boot=200)
+    assert naive[2] - naive[1] < 0.75 * (alone[2] - alone[1])
+    b = {key: [v[0] - 0.5] for key, v in copies.items()}
+    assert paired_difference(copies, b, n_boot=200, families=scenario)[:3] == pytest.approx((0.5, 0.5, 0.5))
+
+
 def test_minimum_detectable_difference_by_hand() -> None:
     # z_0.975 + z_0.8 = 1.959964 + 0.841621 = 2.801585
     # p = 0.5, 100 tasks × 2 seeds: √(2·0.25/200) = 0.05 → 0.1400793
@@ -297,8 +317,37 @@ def test_mdd_comes_before_any_result_and_uses_the_warm_start_rate(tmp_path: Path
     text = _report(make_grid(tmp_path / "exp"))
     assert text.index("## Minimum detectable difference") < text.index("## Results")
     mdd = text.split("## Minimum detectable difference")[1].split("## Results")[0]
-    # pooled: n = 20 tasks, k = 2 seeds, p = 0.3 (warm start): 2.801585·√(2·0.21/40) = 0.287; p = 0.5: 0.313
-    assert "| pooled | 20 | 2 | 0.300 | 0.287 | 0.313 |" in mdd
+    # pooled: n = 20 tasks (20 families: one task each), k = 2 seeds, p = 0.3 (warm start):
+    # 2.801585·√(2·0.21/40) = 0.287; p = 0.5: 0.313
+    assert "| pooled | 20 | 20 | 2 | 0.300 | 0.287 | 0.313 | 0.287 |" in mdd
+
+
+def _as_bfcl_scenarios(folder: Path) -> Path:
+    """Rename a grid's tasks t00–t09 to BFCL ids: tasks 2j and 2j + 1 become the base and miss_func
+    categories of scenario j, so each split holds 5 families of 2 tasks."""
+    for file in (folder / "units").glob("eval-*.json"):
+        unit = json.loads(file.read_text())
+        for row in unit["items"] + unit["fidelity"]:
+            i = int(row["task_id"][1:])
+            row["task_id"] = f"multi_turn_{('base', 'miss_func')[i % 2]}_{i // 2}"
+        _write(file, unit)
+    return folder
+
+
+def test_tasks_of_one_scenario_are_one_family_in_the_mdd_and_the_intervals(tmp_path: Path) -> None:
+    folder = _as_bfcl_scenarios(make_grid(tmp_path / "exp"))
+    text = _report(folder)
+    mdd = text.split("## Minimum detectable difference")[1].split("## Results")[0]
+    # pooled: 20 tasks in 10 families, p = 0.3: with n = 10, 2.801585·√(2·0.21/20) = 0.406
+    assert "| pooled | 20 | 10 | 2 | 0.300 | 0.287 | 0.313 | 0.406 |" in mdd
+    for arm, row in zip(("warm_start", "envace"), _section(text, "Results")[:2], strict=True):
+        turns = _per_task(folder, arm, SPLITS, "turn_score")
+        clustered = cluster_bootstrap(turns, n_boot=N_BOOT, families=families(turns))
+        assert row[3] == format_interval(clustered) != format_interval(cluster_bootstrap(turns, n_boot=N_BOOT))
+    # envace-s0 passes t00–t07, the warm start t00–t02: per split it gains t03–t07, which fall in
+    # scenarios 1, 2 and 3; pooled, 10 tasks in 6 families
+    rows = {tuple(r[:2]): r for r in _section(text, "Against the warm start, task by task")}
+    assert rows[("envace", "0")][5:] == ["10 (6)", "0 (0)"]
 
 
 @pytest.mark.parametrize(
@@ -588,8 +637,8 @@ def test_against_the_warm_start_counts_tasks_gained_and_lost(tmp_path: Path) -> 
     folder = make_grid(tmp_path / "exp", arms=("envace", "real_env"), offsets={"real_env": 5})
     rows = _section(_report(folder), "Against the warm start, task by task")
     assert rows == [
-        ["envace", "0", "20", "6", "16", "10", "0"],
-        ["envace", "1", "20", "6", "16", "10", "0"],
-        ["real_env", "0", "20", "6", "4", "4", "6"],
-        ["real_env", "1", "20", "6", "4", "4", "6"],
+        ["envace", "0", "20", "6", "16", "10 (10)", "0 (0)"],
+        ["envace", "1", "20", "6", "16", "10 (10)", "0 (0)"],
+        ["real_env", "0", "20", "6", "4", "4 (4)", "6 (6)"],
+        ["real_env", "1", "20", "6", "4", "4 (4)", "6 (6)"],
     ]

@@ -113,5 +113,13 @@ def test_gained_and_lost_count_the_tasks_moved_each_way_on_shared_tasks() -> Non
     assert (g.tasks, g.warm_passes, g.passes, g.gained, g.lost) == (5, 3.0, 3.0, 1, 1)
 
 
+def test_tasks_moved_are_also_counted_by_scenario() -> None:
+    # the three categories of BFCL scenario 59 lost together are one family; 7's base gained is another
+    warm = {f"val/multi_turn_{c}_59": 1.0 for c in ("base", "miss_param", "miss_func")} | {"val/multi_turn_base_7": 0.0}
+    policy = dict.fromkeys(warm, 0.0) | {"val/multi_turn_base_7": 1.0}
+    g = gained_lost(warm, policy)
+    assert (g.gained, g.lost, g.gained_families, g.lost_families) == (1, 3, 1, 1)
+
+
 def test_moving_average_is_trailing_over_the_window() -> None:
     assert moving_average([4.0, 0.0, 8.0, 4.0, 4.0, 0.0], 4) == [4.0, 2.0, 4.0, 4.0, 4.0, 4.0]

@@ -212,9 +212,10 @@ def _mitigation_section(results: Results, grid: DriftGrid, boot: Boot) -> list[s
             "The mitigation (`ImaginationConfig.reimagine`): once an act step's calls are answered, if a real response "
             "has a shape the latest imagined attempts did not rehearse for its tool (other keys, an error, another "
             "type), the rest of the turn is imagined again from the committed context, which now holds the real "
-            "responses. Gain = mitigated − not, paired by (policy, drift, task); the interval resamples tasks, then "
-            "the (policy, drift) cells of each (a task's cells are one cluster: the same task under every drift is "
-            "nearly the same episode again). The verdict rests on the pooled success gain under drift: kept only if "
+            "responses. Gain = mitigated − not, paired by (policy, drift, task); the interval resamples task families "
+            "(a BFCL scenario's categories together), then the (policy, drift) cells of each (a task's cells are one "
+            "cluster: the same task under every drift is nearly the same episode again). The verdict rests on the "
+            "pooled success gain under drift: kept only if "
             "its interval lies above 0.", "",
             *markdown_table(header, rows), "", *verdicts, ""]  # fmt: skip
 

@@ -10,11 +10,20 @@ gains of a rehearsal setting over ``none`` are paired on task × seed cells: wit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from envace.data.sources.bfcl import scenario_of
 from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, paired_item_values
-from envace.experiment.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED, cluster_bootstrap, paired_difference
+from envace.experiment.stats import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    cluster_bootstrap,
+    count_families,
+    paired_difference,
+)
 from envace.experiment.stats import verdict as interval_verdict
 
 ENVACE, REAL_ENV, SIMULATOR, SFT_ONLY = "envace", "real_env", "simulator", "sft_only"
@@ -45,9 +54,32 @@ Diff = tuple[float, float, float, int]
 PerTask = dict[str, list[float]]  # task key -> one value per seed
 
 
+def families(keys: Iterable[str]) -> dict[str, str]:
+    """The family of each task key (``split/task_id``): ``split/scenario`` for the categories of one
+    BFCL multi-turn scenario (:func:`~envace.data.sources.bfcl.scenario_of`), the key itself otherwise.
+
+    >>> sorted(set(families(["val/multi_turn_base_59", "val/multi_turn_miss_func_59", "test/t1"]).values()))
+    ['test/t1', 'val/multi_turn_59']
+    """
+    out = {}
+    for key in keys:
+        split, _, task = key.rpartition("/")
+        scenario = scenario_of(task)
+        out[key] = key if scenario is None else f"{split}/{scenario}"
+    return out
+
+
+def family_count(keys: Iterable[str]) -> int:
+    """How many families (:func:`families`) the task keys fall in."""
+    keys = sorted(keys)
+    return count_families(keys, families(keys))
+
+
 @dataclass(frozen=True)
 class Boot:
     """Bootstrap settings shared by every number of one report; methods return ``None`` when there is no data.
+
+    Every interval resamples task families (:func:`families`), so tasks that share a scenario count once.
 
     Args:
         n_boot: replicates per interval.
@@ -58,10 +90,12 @@ class Boot:
     seed: int = 0
 
     def mean(self, values: dict[str, list[float]]) -> Interval | None:
-        return cluster_bootstrap(values, self.n_boot, self.seed) if values else None
+        return cluster_bootstrap(values, self.n_boot, self.seed, families=families(values)) if values else None
 
     def diff(self, a: dict[str, list[float]], b: dict[str, list[float]]) -> Diff | None:
-        return paired_difference(a, b, self.n_boot, self.seed) if set(a) & set(b) else None
+        if not set(a) & set(b):
+            return None
+        return paired_difference(a, b, self.n_boot, self.seed, families=families(set(a) & set(b)))
 
 
 def fmt(x: float) -> str:

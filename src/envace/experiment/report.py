@@ -20,6 +20,7 @@ from envace.experiment.hypotheses import (
     NONE,
     Boot,
     best_gain,
+    family_count,
     fmt,
     format_interval,
     judge,
@@ -39,6 +40,7 @@ from envace.experiment.results import (
     pauses_cell,
     seeds_with,
     task_counts,
+    task_keys,
 )
 from envace.experiment.stats import minimum_detectable_difference
 from envace.experiment.training_table import against_warm_start_section, training_section
@@ -97,23 +99,28 @@ def _header(results: Results) -> list[str]:
     return [f"# Experiment `{exp.name}`", "", "## Grid", "", *markdown_table(["", ""], rows), ""]
 
 
-def _mdd_row(label: str, n: int, k: int, p_hat: float | None) -> list[str]:
+def _mdd_row(label: str, n: int, n_families: int, k: int, p_hat: float | None) -> list[str]:
     if n == 0:
-        return [label, "0", str(k), "—", "—", "—"]
-    at_hat = "—" if p_hat is None else fmt(minimum_detectable_difference(p_hat, n, k, ALPHA, POWER))
-    worst = fmt(minimum_detectable_difference(0.5, n, k, ALPHA, POWER))
-    return [label, str(n), str(k), "—" if p_hat is None else fmt(p_hat), at_hat, worst]
+        return [label, "0", "0", str(k), "—", "—", "—", "—"]
+
+    def mdd(p: float, units: int) -> str:
+        return fmt(minimum_detectable_difference(p, units, k, ALPHA, POWER))
+
+    if p_hat is None:
+        return [label, str(n), str(n_families), str(k), "—", "—", mdd(0.5, n), "—"]
+    return [label, str(n), str(n_families), str(k), fmt(p_hat), mdd(p_hat, n), mdd(0.5, n), mdd(p_hat, n_families)]
 
 
 def _mdd_section(results: Results) -> list[str]:
     exp = results.experiment
-    counts = task_counts(results)
+    keys = task_keys(results)
     k = max(len(exp.seeds), 1)
     rows = []
     for label, splits in [*((s, [s]) for s in exp.splits), ("pooled", exp.splits)]:
         warm = item_values(results, WARM, "success", splits)
         p_hat = sum(sum(v) / len(v) for v in warm.values()) / len(warm) if warm else None
-        rows.append(_mdd_row(label, sum(counts.get(s, 0) for s in splits), k, p_hat))
+        tasks = set().union(*(keys.get(s, set()) for s in splits))
+        rows.append(_mdd_row(label, len(tasks), family_count(tasks), k, p_hat))
     return [
         "## Minimum detectable difference",
         "",
@@ -121,10 +128,16 @@ def _mdd_section(results: Results) -> list[str]:
         "`MDD = (z_{1−α/2} + z_{power}) · √(2·p·(1−p) / (n·k))` with α = "
         f"{ALPHA} (two-sided), power = {POWER}, n tasks and k = {k} seeds per arm. p is the warm start's measured "
         "success (setting `none`) and, as the worst case, 0.5. It treats the n·k outcomes as independent; outcomes "
-        "of one task are correlated, so the real MDD is larger. A difference smaller than this is not expected to "
-        "show.",
+        "of one task are correlated, so the real MDD is larger. So are the outcomes of one family of tasks (the "
+        "categories of one BFCL scenario share the first turn's state and, mostly, its question): the last column "
+        "counts each family as one unit (n = families), the MDD if a family's tasks always agreed; the real MDD "
+        "lies between the two. Every interval of this report resamples families. A difference smaller than this is "
+        "not expected to show.",
         "",
-        *markdown_table(["tasks", "n", "k", "p (warm start)", "MDD at p", "MDD at p = 0.5"], rows),
+        *markdown_table(
+            ["tasks", "n", "families", "k", "p (warm start)", "MDD at p", "MDD at p = 0.5", "MDD at p, families"],
+            rows,
+        ),
         "",
     ]
 
@@ -172,15 +185,16 @@ def _results_section(results: Results, boot: Boot) -> list[str]:
         "Official success (the benchmark's checker on committed real execution) and turn score (share of user turns "
         "passed), with no rehearsal (setting `none`); gold-call value_f1 is the fidelity of the policy's own "
         "rehearsal of the gold calls. Each cell is `mean [lo, hi]`: the mean over tasks of the per-task mean over "
-        f"seeds and a {boot.n_boot}-replicate 95% percentile bootstrap interval resampling tasks, then seeds within "
-        f"each task (generator seed {boot.seed}). Pooled: the tasks of all splits together.",
+        f"seeds and a {boot.n_boot}-replicate 95% percentile bootstrap interval resampling task families (the "
+        "categories of one BFCL scenario together; any other task alone), then seeds within each task (generator "
+        f"seed {boot.seed}). Pooled: the tasks of all splits together.",
         "",
         *markdown_table(header, main_table(results, boot)),
         "",
         f"### Difference to the reference arm ({exp.reference_arm})",
         "",
         f"`{exp.reference_arm} − policy` in official success, paired by task over the tasks both have; the "
-        "bootstrap resamples tasks and, within each, the seeds of each side independently.",
+        "bootstrap resamples task families and, within each task, the seeds of each side independently.",
         "",
         *markdown_table(diff_header, _diff_rows(results, boot)),
         "",

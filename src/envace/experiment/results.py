@@ -376,13 +376,18 @@ def fidelity_values(
     return _collect(evals_of(results, arm, drift), values)
 
 
-def task_counts(results: Results) -> dict[str, int]:
-    """Distinct evaluated tasks per split of the grid (over every evaluation and setting)."""
+def task_keys(results: Results) -> dict[str, set[str]]:
+    """Distinct evaluated task keys (``split/task_id``) per split of the grid (over every evaluation and setting)."""
     tasks: dict[str, set[str]] = {s: set() for s in results.experiment.splits}
     for e in results.evals:
         for it in e.items:
-            tasks.setdefault(it.split, set()).add(it.task_id)
-    return {s: len(ts) for s, ts in tasks.items()}
+            tasks.setdefault(it.split, set()).add(f"{it.split}/{it.task_id}")
+    return tasks
+
+
+def task_counts(results: Results) -> dict[str, int]:
+    """Distinct evaluated tasks per split of the grid (over every evaluation and setting)."""
+    return {s: len(ts) for s, ts in task_keys(results).items()}
 
 
 def code_cell(results: Results) -> str:

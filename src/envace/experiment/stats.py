@@ -1,11 +1,15 @@
 """Statistics of the experiment report: task-clustered bootstrap intervals, paired differences, power.
 
 Every outcome of the grid is a per-task value for each seed (``{task_id: [value of seed 0, value of
-seed 1, ...]}``). Tasks are the unit of replication: a policy's score is the mean over tasks of the
-per-task mean over seeds, and an interval comes from a two-stage (cluster) percentile bootstrap that
-resamples tasks with replacement and then, inside every resampled task, its seed values with
-replacement (Davison & Hinkley 1997, §3.8). Tasks are taken in sorted order and the generator is
-``numpy.random.Generator(PCG64(seed))``, so one input gives one interval on every machine.
+seed 1, ...]}``). A policy's score is the mean over tasks of the per-task mean over seeds. Tasks may
+come in families that share most of their input (BFCL's four categories of one scenario start from
+one question and one state), whose outcomes move together: the family is then the unit of
+replication. An interval comes from a multi-stage (cluster) percentile bootstrap that resamples
+families with replacement, takes every task of each drawn family, and inside every such task
+resamples its seed values with replacement (Davison & Hinkley 1997, §3.8). Without families every
+task is its own. Families are taken in sorted order (tasks sorted within) and the generator is
+``numpy.random.Generator(PCG64(seed))``, so one input gives one interval on every machine; a grid of
+one-task families draws exactly what a task-level bootstrap draws.
 """
 
 from __future__ import annotations
@@ -24,6 +28,37 @@ _LESS = frozenset({"<", "<=", "≤"})
 _CHUNK = 256  # bootstrap replicates drawn at once (bounds memory at _CHUNK × tasks × seeds)
 
 TaskValues = Mapping[str, Sequence[float]]
+Families = Mapping[str, str]  # task -> its family; a task not in it is its own family
+
+
+def _family_table(tasks: Sequence[str], families: Families | None) -> np.ndarray:
+    """``(families, largest family)`` indices into ``tasks``, -1-padded, families in sorted order.
+
+    >>> _family_table(["a", "b", "c"], {"a": "x", "c": "x"}).tolist()
+    [[1, -1], [0, 2]]
+    """
+    members: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        members.setdefault((families or {}).get(task, task), []).append(i)
+    table = np.full((len(members), max(len(m) for m in members.values())), -1, dtype=np.int64)
+    for row, key in enumerate(sorted(members)):
+        table[row, : len(members[key])] = members[key]
+    return table
+
+
+def _draw(table: np.ndarray, replicates: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Task picks ``(replicates, slots)`` of resampled families and the mask of the slots that hold a task."""
+    drawn = table[rng.integers(0, len(table), size=(replicates, len(table)))].reshape(replicates, -1)
+    return np.maximum(drawn, 0), drawn >= 0
+
+
+def count_families(tasks: Sequence[str], families: Families | None) -> int:
+    """How many families ``tasks`` fall in.
+
+    >>> count_families(["a", "b", "c"], {"a": "x", "c": "x"})
+    2
+    """
+    return len(_family_table(tasks, families)) if tasks else 0
 
 
 def _padded(values: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -65,15 +100,16 @@ def _interval(replicates: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def cluster_bootstrap(
-    values: TaskValues, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    values: TaskValues, n_boot: int = 2000, seed: int = 0, level: float = 0.95, families: Families | None = None
 ) -> tuple[float, float, float]:
-    """Mean over tasks of the per-task mean over seeds, with a two-stage percentile bootstrap interval.
+    """Mean over tasks of the per-task mean over seeds, with a cluster percentile bootstrap interval.
 
     Args:
         values: ``{task_id: [value per seed]}``; every list non-empty.
         n_boot: bootstrap replicates.
         seed: seed of the generator (a fresh one per call: equal inputs give equal intervals).
         level: coverage of the interval.
+        families: ``{task_id: family}``: the unit the bootstrap resamples (default: each task its own).
 
     Returns:
         ``(mean, lo, hi)``.
@@ -85,22 +121,29 @@ def cluster_bootstrap(
     """
     tasks = sorted(values)
     matrix, counts = _padded([values[t] for t in tasks])
+    table = _family_table(tasks, families)
     rng = np.random.Generator(np.random.PCG64(seed))
     reps = []
     for start in range(0, n_boot, _CHUNK):
-        picks = rng.integers(0, len(tasks), size=(min(_CHUNK, n_boot - start), len(tasks)))
-        reps.append(_resampled_means(matrix, counts, picks, rng).mean(axis=1))
+        picks, used = _draw(table, min(_CHUNK, n_boot - start), rng)
+        means = _resampled_means(matrix, counts, picks, rng)
+        reps.append((means * used).sum(axis=1) / used.sum(axis=1))
     lo, hi = _interval(np.concatenate(reps), level)
     return float(_task_means(matrix, counts).mean()), lo, hi
 
 
 def paired_difference(
-    a: TaskValues, b: TaskValues, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    a: TaskValues,
+    b: TaskValues,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    families: Families | None = None,
 ) -> tuple[float, float, float, int]:
     """Mean over the shared tasks of ``mean(a[task]) − mean(b[task])``, with a paired cluster bootstrap.
 
-    One resample of tasks serves both sides (the pairing); inside every resampled task the seeds of
-    ``a`` and of ``b`` are resampled independently.
+    One resample of families serves both sides (the pairing); inside every resampled task the seeds
+    of ``a`` and of ``b`` are resampled independently.
 
     Args:
         a: ``{task_id: [value per seed]}`` of the first policy.
@@ -108,6 +151,7 @@ def paired_difference(
         n_boot: bootstrap replicates.
         seed: seed of the generator.
         level: coverage of the interval.
+        families: ``{task_id: family}``: the unit the bootstrap resamples (default: each task its own).
 
     Returns:
         ``(mean difference, lo, hi, number of shared tasks)``.
@@ -120,12 +164,13 @@ def paired_difference(
         raise ValueError("the two sides share no task")
     ma, ca = _padded([a[t] for t in tasks])
     mb, cb = _padded([b[t] for t in tasks])
+    table = _family_table(tasks, families)
     rng = np.random.Generator(np.random.PCG64(seed))
     reps = []
     for start in range(0, n_boot, _CHUNK):
-        picks = rng.integers(0, len(tasks), size=(min(_CHUNK, n_boot - start), len(tasks)))
+        picks, used = _draw(table, min(_CHUNK, n_boot - start), rng)
         diff = _resampled_means(ma, ca, picks, rng) - _resampled_means(mb, cb, picks, rng)
-        reps.append(diff.mean(axis=1))
+        reps.append((diff * used).sum(axis=1) / used.sum(axis=1))
     lo, hi = _interval(np.concatenate(reps), level)
     return float((_task_means(ma, ca) - _task_means(mb, cb)).mean()), lo, hi, len(tasks)
 

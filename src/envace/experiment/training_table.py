@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from envace.experiment.hypotheses import NONE, fmt, markdown_table
+from envace.experiment.hypotheses import NONE, families, fmt, markdown_table
 from envace.experiment.results import WARM, Results, Run, eval_item_values, evals_of
 
 Curve = list[tuple[int, float]]
@@ -167,21 +167,31 @@ class GainedLost(NamedTuple):
     passes: float
     gained: int  #: tasks the policy passes that the warm start failed
     lost: int  #: tasks the policy fails that the warm start passed
+    gained_families: int  #: families (:func:`~envace.experiment.hypotheses.families`) of the gained tasks
+    lost_families: int  #: families of the lost tasks
 
 
 def gained_lost(warm: dict[str, float], policy: dict[str, float]) -> GainedLost:
     """Compare per-task success (1 pass, 0 fail) of a policy with the warm start's on the tasks both have.
 
     >>> gained_lost({"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}, {"a": 0.0, "b": 1.0, "c": 1.0, "e": 1.0})
-    GainedLost(tasks=3, warm_passes=1.0, passes=2.0, gained=2, lost=1)
+    GainedLost(tasks=3, warm_passes=1.0, passes=2.0, gained=2, lost=1, gained_families=2, lost_families=1)
+    >>> gained_lost({"v/multi_turn_base_5": 1.0, "v/multi_turn_miss_func_5": 1.0}, {"v/multi_turn_base_5": 0.0,
+    ...             "v/multi_turn_miss_func_5": 0.0})[-2:]
+    (0, 1)
     """
     shared = sorted(set(warm) & set(policy))
+    family = families(shared)
+    gained = [k for k in shared if policy[k] > warm[k]]
+    lost = [k for k in shared if policy[k] < warm[k]]
     return GainedLost(
         tasks=len(shared),
         warm_passes=sum(warm[k] for k in shared),
         passes=sum(policy[k] for k in shared),
-        gained=sum(policy[k] > warm[k] for k in shared),
-        lost=sum(policy[k] < warm[k] for k in shared),
+        gained=len(gained),
+        lost=len(lost),
+        gained_families=len({family[k] for k in gained}),
+        lost_families=len({family[k] for k in lost}),
     )
 
 
@@ -252,14 +262,15 @@ def against_warm_start_section(results: Results) -> list[str]:
     for arm in results.experiment.arms:
         for e in evals_of(results, arm):
             g = gained_lost(warm, eval_item_values(e, "success", splits, NONE))
-            rows.append([arm, str(e.seed), str(g.tasks), f"{g.warm_passes:g}", f"{g.passes:g}", str(g.gained),
-                         str(g.lost)])  # fmt: skip
+            rows.append([arm, str(e.seed), str(g.tasks), f"{g.warm_passes:g}", f"{g.passes:g}",
+                         f"{g.gained} ({g.gained_families})", f"{g.lost} ({g.lost_families})"])  # fmt: skip
     return [
         *title,
         "Each run's final policy against the warm start it started from, on the tasks both were evaluated on "
         "(official success, setting `none`, pooled over splits): gained = tasks the policy passes that the warm "
-        "start failed, lost = tasks it fails that the warm start passed. A difference of pass counts hides how "
-        "many tasks moved each way; these do not.",
+        "start failed, lost = tasks it fails that the warm start passed; in brackets, the families those tasks "
+        "fall in (the categories of one BFCL scenario are one family: they share the first turn's state and, "
+        "mostly, its question). A difference of pass counts hides how many tasks moved each way; these do not.",
         "",
         *markdown_table(["arm", "seed", "tasks", "warm start passes", "policy passes", "gained", "lost"], rows),
         "",

@@ -267,6 +267,21 @@ def split_of(task_id: str, involved_classes: list[str]) -> str:
     return {VAL_RESIDUE: "val", TUNE_RESIDUE: "tune"}.get(residue, "train")
 
 
+def scenario_of(task_id: str) -> str | None:
+    """The scenario a multi-turn task belongs to, shared by its four categories (``None`` for any
+    other id): their first turns start from one state and, in three of four cases, one question, so
+    their outcomes are not independent and the experiment report resamples scenarios, not tasks.
+
+    >>> scenario_of("multi_turn_miss_param_59"), scenario_of("multi_turn_base_59"), scenario_of("simple_python_3")
+    ('multi_turn_59', 'multi_turn_59', None)
+    """
+    for category in MULTI_TURN_CATEGORIES:
+        index = task_id.removeprefix(category + "_")
+        if index != task_id and index.isascii() and index.isdigit():
+            return f"multi_turn_{index}"
+    return None
+
+
 def _class_docs(root: Path, class_name: str, cache: dict[str, list[ToolSchema]]) -> list[ToolSchema]:
     if class_name not in cache:
         mapping = bfcl_module("constants.executable_backend_config").MULTI_TURN_FUNC_DOC_FILE_MAPPING
