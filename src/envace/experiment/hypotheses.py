@@ -21,7 +21,6 @@ from envace.experiment.stats import (
     INCONCLUSIVE,
     SUPPORTED,
     cluster_bootstrap,
-    count_families,
     paired_difference,
 )
 from envace.experiment.stats import verdict as interval_verdict
@@ -71,8 +70,7 @@ def families(keys: Iterable[str]) -> dict[str, str]:
 
 def family_count(keys: Iterable[str]) -> int:
     """How many families (:func:`families`) the task keys fall in."""
-    keys = sorted(keys)
-    return count_families(keys, families(keys))
+    return len(set(families(keys).values()))
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,6 @@ def _draw(table: np.ndarray, replicates: int, rng: np.random.Generator) -> tuple
     return np.maximum(drawn, 0), drawn >= 0
 
 
-def count_families(tasks: Sequence[str], families: Families | None) -> int:
-    """How many families ``tasks`` fall in.
-
-    >>> count_families(["a", "b", "c"], {"a": "x", "c": "x"})
-    2
-    """
-    return len(_family_table(tasks, families)) if tasks else 0
-
-
 def _padded(values: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
     """Per-task value lists as a ``(tasks, max seeds)`` matrix (NaN-padded) and the seed counts."""
     counts = np.array([len(v) for v in values], dtype=np.int64)
