@@ -359,3 +359,90 @@ def test_without_a_kept_copy_the_warm_start_is_fitted_again_and_must_give_its_re
     monkeypatch.setattr(runner, "run_fit", fit_giving(torch.ones(2, 3)))
     with pytest.raises(ValueError, match="gives other weights"):
         runner.ensure_checkpoint(cfg, warm)
+
+
+def _saved(path: Path, weights: Any, step: int = 24) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": {"policy.lora_A": weights}, "global_step": step}, path)
+
+
+def test_a_missing_run_checkpoint_is_fitted_again_from_its_restored_warm_start(tmp_path: Path, monkeypatch) -> None:
+    """A fresh machine, a run done but its checkpoint gone (an eval of it still to do): the run's fit
+    runs again, and before it the warm start it starts from comes back from its kept copy; a stale
+    checkpoint with other weights, or a rerun killed mid-way, is never taken for the finished one."""
+    import torch
+
+    from envace.experiment import runner
+    from envace.experiment.grid import WARM, ExperimentConfig, write_result
+
+    cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
+                           work=str(tmp_path / "w"))  # fmt: skip
+    grid = {u.key: u for u in units(cfg)}
+    warm, run = grid[WARM], grid["run-envace-s0"]
+    warm_last, run_last = runner.last_checkpoint(cfg, WARM), runner.last_checkpoint(cfg, run.key)
+    _saved(warm_last, torch.zeros(2, 3), 32)
+    runner.keep_policy(cfg, warm)
+    write_result(cfg, warm, {"unit": WARM, "fingerprint": runner.fingerprint(warm_last)})
+    _saved(run_last, torch.ones(2, 3))
+    write_result(cfg, run, {"unit": run.key, "fingerprint": runner.fingerprint(run_last)})
+    warm_last.unlink(), run_last.unlink()
+    fits: list[str] = []
+
+    def fit(cfg: ExperimentConfig, unit: Any) -> float:
+        assert warm_last.is_file(), "the run was fitted before its warm start was restored"
+        fits.append(unit.key)
+        _saved(run_last, torch.ones(2, 3))
+        return 1.0
+
+    monkeypatch.setattr(runner, "run_fit", fit)
+    runner.ensure_checkpoint(cfg, run)
+    assert fits == [run.key] and run_last.is_file()
+
+    _saved(run_last, torch.full((2, 3), 2.0))  # a checkpoint left by something else
+    with pytest.raises(ValueError, match="holds other weights"):
+        runner.ensure_checkpoint(cfg, run)
+
+    (runner.unit_dir(cfg, run) / runner.OPEN_ATTEMPT).write_text("0")  # a rerun killed mid-way: resumed
+    runner.ensure_checkpoint(cfg, run)
+    assert fits == [run.key, run.key]
+
+    run_last.unlink()
+    monkeypatch.setattr(runner, "run_fit", lambda *a: _saved(run_last, torch.full((2, 3), 3.0)) or 1.0)
+    with pytest.raises(ValueError, match="gives other weights"):
+        runner.ensure_checkpoint(cfg, run)
+    assert not run_last.exists() and (run_last.parent / "rerun-other-weights.ckpt").is_file()
+
+
+def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, monkeypatch) -> None:
+    """Units in bf16 beside units in fp32 would differ by more than their arm: on a bf16 CPU a grid begun
+    in fp32 goes on in fp32; a bf16 grid on a CPU without native bf16, or a forced other precision, stops."""
+    from types import SimpleNamespace
+
+    import envace.hardware
+    from envace.experiment import runner
+    from envace.experiment.grid import WARM, ExperimentConfig, write_result
+
+    cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
+                           work=str(tmp_path / "w"))  # fmt: skip
+    warm = units(cfg)[0]
+    monkeypatch.setenv("ENVACE_BF16", "auto")  # detect (and restored after the test)
+    native = SimpleNamespace(cpu_bf16=True, reason="avx512_bf16 present")
+    monkeypatch.setattr(envace.hardware, "capability", lambda: native)
+    runner.pin_numerics(cfg)  # no warm start yet: nothing to follow
+    assert os.environ["ENVACE_BF16"] == "auto"
+
+    write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": False}})
+    runner.pin_numerics(cfg)
+    assert os.environ["ENVACE_BF16"] == "none"
+
+    monkeypatch.setenv("ENVACE_BF16", "native")
+    with pytest.raises(ValueError, match="warm start computed in fp32.*ENVACE_BF16=none"):
+        runner.pin_numerics(cfg)
+
+    monkeypatch.setenv("ENVACE_BF16", "auto")
+    write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": True}})
+    monkeypatch.setattr(envace.hardware, "capability", lambda: SimpleNamespace(cpu_bf16=False, reason="AVX2"))
+    with pytest.raises(ValueError, match="warm start computed in bf16.*ENVACE_BF16=native"):
+        runner.pin_numerics(cfg)

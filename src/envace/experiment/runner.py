@@ -193,6 +193,7 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
     missing = [k for k in unit.needs if not is_done(cfg, grid[k])]
     if missing:
         raise ValueError(f"unit {unit.key} starts from {', '.join(missing)}: run that first")
+    pin_numerics(cfg)
     for key in unit.needs:
         ensure_checkpoint(cfg, grid[key])
     if unit.kind == "eval":
@@ -214,6 +215,30 @@ def machine() -> dict[str, Any]:
     from envace.hardware import capability, cpu_model
 
     return {"cpu": cpu_model(), **capability().as_dict()}
+
+
+def pin_numerics(cfg: ExperimentConfig) -> None:
+    """Compute in the precision the grid's warm start computed in: a grid spans sessions whose CPUs
+    differ, and units in bf16 beside units in fp32 would differ by their numerics as well as their arm.
+    fp32 is chosen here by ``ENVACE_BF16=none`` (slower on a bf16 CPU, never wrong); a CPU without
+    native bf16 would run a bf16 grid ~100x slower, so that stops with a one-line error."""
+    from envace.hardware import ENV, capability, forced
+
+    warm = next((u for u in units(cfg) if u.kind == WARM), None)
+    if warm is None or not is_done(cfg, warm):
+        return
+    began = (json.loads(result_path(cfg, warm).read_text()).get("machine") or {}).get("cpu_bf16")
+    here = capability().cpu_bf16
+    if began is None or began == here:
+        return
+    if began or forced() is not None:
+        was, now, fix = ("bf16", "fp32", "native") if began else ("fp32", "bf16", "none")
+        raise ValueError(
+            f"{cfg.name}: its warm start computed in {was}, this process in {now} ({capability().reason}): run the "
+            f"grid's units on a CPU that computes as its warm start did, or set {ENV}={fix}"
+        )
+    os.environ[ENV] = "none"
+    print(f"[{cfg.name}] computing in fp32 as its warm start did ({ENV}=none; this CPU has native bf16)", flush=True)
 
 
 def kept_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -247,33 +272,42 @@ def keep_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
 
 
 def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
-    """The finished ``unit``'s checkpoint, which the units after it start from. When it is missing (a
-    fresh machine, a cleaned cache), it is restored from the copy :func:`keep_policy` left with the
-    result files; without one, its fit runs again. Either must hold the weights its result file records:
-    else the grid would mix two versions of it, and it stops."""
+    """The finished ``unit``'s checkpoint, which the units after it start from, holding the weights its
+    result file records (else the grid would mix two versions of it, and it stops). When it is missing
+    (a fresh machine, a cleaned cache), it is restored from the copy :func:`keep_policy` left with the
+    result files; without one, its fit runs again, after the checkpoints it starts from are ensured in
+    turn. A rerun killed mid-way resumes; one that gives other weights is moved aside, not used."""
     last, kept = last_checkpoint(cfg, unit.key), kept_policy(cfg, unit)
-    if last.is_file():
+    recorded = json.loads(result_path(cfg, unit).read_text()).get("fingerprint")
+    if last.is_file() and not (unit_dir(cfg, unit) / OPEN_ATTEMPT).is_file():
+        _check_weights(unit, last, recorded, "holds other weights")
         if unit.kind == "warm_start" and not kept.is_file():  # a grid begun before copies were kept
             keep_policy(cfg, unit)
         return
-    recorded = json.loads(result_path(cfg, unit).read_text()).get("fingerprint")
     if kept.is_file():
-        found = fingerprint(kept)
-        if recorded is not None and found != recorded:
-            raise ValueError(f"{unit.key}: {kept} holds other weights ({found[:12]}) than its result file "
-                             f"records ({recorded[:12]})")  # fmt: skip
+        _check_weights(unit, kept, recorded, "holds other weights")
         print(f"[{cfg.name}] {unit.key}: its checkpoint is missing ({last}); restored from {kept}", flush=True)
         last.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kept, last)
         return
+    grid = {u.key: u for u in units(cfg)}
+    for key in unit.needs:
+        ensure_checkpoint(cfg, grid[key])
     print(f"[{cfg.name}] {unit.key}: its checkpoint is missing ({last}); running its fit again", flush=True)
     run_fit(cfg, unit)
-    again = fingerprint(last)
-    if recorded is not None and again != recorded:
-        raise ValueError(
-            f"{unit.key}: run again, it gives other weights ({again[:12]} against the recorded {recorded[:12]}): "
-            f"the grid would mix two versions of it; restore its checkpoint, or rerun what starts from it"
-        )
+    try:
+        _check_weights(unit, last, recorded, "(its fit run again) gives other weights")
+    except ValueError as e:
+        aside = last.with_name("rerun-other-weights.ckpt")
+        last.replace(aside)
+        raise ValueError(f"{e}; the rerun's checkpoint is {aside}: restore the recorded one, or rerun what "
+                         "starts from it") from None  # fmt: skip
+
+
+def _check_weights(unit: Unit, checkpoint: Path, recorded: str | None, why: str) -> None:
+    found = fingerprint(checkpoint)
+    if recorded is not None and found != recorded:
+        raise ValueError(f"{unit.key}: {checkpoint} {why} ({found[:12]}; its result file records {recorded[:12]})")
 
 
 def policy_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
