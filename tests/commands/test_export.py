@@ -239,3 +239,30 @@ def test_role_prefix() -> None:
     assert role_prefix(["policy.w"], "rehearse")[0] == "policy."
     with pytest.raises(ValueError, match="--role must be one of act, rehearse"):
         role_prefix(["policy.w"], "judge")
+
+
+def test_adapters_in_bf16_hold_the_checkpoints_weights_rounded(tmp_path: Path) -> None:
+    """``--dtype bfloat16``: every saved adapter weight is the checkpoint's, rounded to bf16 (half the
+    bytes), and peft loads the folder; the manifest names the dtype."""
+    from safetensors.torch import load_file
+
+    base = tmp_path / "base"
+    load_model(PolicySpec("tiny", seed=1)).save_pretrained(base)
+    load_tokenizer("tiny").save_pretrained(base)
+    spec = PolicySpec(str(base), lora=LORA)
+    state = _adapters(spec, 4, "policy.")
+    ckpt = _save(tmp_path / "lora.ckpt", state, spec)
+    full, half = tmp_path / "fp32", tmp_path / "bf16"
+    assert _export(ckpt, full, "--adapters") == 0 and _export(ckpt, half, "--adapters", "--dtype", "bfloat16") == 0
+    saved, saved32 = load_file(half / "adapter_model.safetensors"), load_file(full / "adapter_model.safetensors")
+    assert saved.keys() == saved32.keys() and len(saved) > 0
+    for name, value in saved.items():
+        assert value.dtype == torch.bfloat16 and torch.equal(value, saved32[name].to(torch.bfloat16))
+    size = {f: (f / "adapter_model.safetensors").stat().st_size for f in (full, half)}
+    assert size[half] < 0.6 * size[full]
+    assert json.loads((half / MANIFEST).read_text())["dtype"] == "bfloat16"
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), half)
+    lora = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora and all(p.abs().sum() > 0 for p in lora)
