@@ -49,6 +49,11 @@ for unit in "${units[@]}"; do
       mkdir -p "$main/$results/checkpoints" && cp "$kept" "$main/$results/checkpoints/"
       paths+=("$results/checkpoints/${kept##*/}")
     done
+    if [ -d "$tree/$results/policies/$unit" ]; then  # its released policy (release_seeds): committed with it
+      rm -rf "${main:?}/$results/policies/$unit" && mkdir -p "$main/$results/policies"
+      cp -r "$tree/$results/policies/$unit" "$main/$results/policies/"
+      paths+=("$results/policies/$unit")
+    fi
     for _ in 1 2 3 4 5; do  # another commit may hold the index for a moment
       git add "${paths[@]}" && git commit -qm "$name: $unit" -- "${paths[@]}" && break
       sleep 5

@@ -3,6 +3,7 @@
     envace experiment --config configs/experiments/bfcl_cpu.yaml            # run what is not done, then report
     envace experiment --config configs/experiments/bfcl_cpu.yaml --list     # the units and their status
     envace experiment --config configs/experiments/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
+    envace experiment --config configs/experiments/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
     envace experiment report docs/experiments/bfcl_cpu                      # the report from the result files
 
 The grid (:mod:`~envace.experiment.grid`): one grounded warm start shared by every arm, arms × seeds
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    release_help = "release the finished policies of release_seeds (--unit: that one) not yet released; run nothing"
+    parser.add_argument("--release", action="store_true", help=release_help)
     opts = parser.parse_args(args)
     cfg = load_config(opts.config)
     from envace.experiment import runner
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(runner.listing(cfg))
         return 0
     _write_metadata(cfg)
+    if opts.release:
+        return _release(cfg, None if opts.unit is None else find_unit(cfg, opts.unit).key)
     if opts.unit is not None:
         unit = find_unit(cfg, opts.unit)
         print(f"[{cfg.name}] {unit.key}: {runner.run_unit(cfg, unit)}", flush=True)
@@ -60,6 +65,32 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"[{cfg.name}] report: {write_report(cfg.results_dir)}")
     return 1 if failed else 0
+
+
+def _release(cfg: ExperimentConfig, only: str | None = None) -> int:
+    """``--release [--unit K]``: each finished unit of ``release_seeds`` (or only ``K``) not yet released,
+    from its checkpoint (restored, or fitted again and checked against its result file, where the work
+    folder lost it)."""
+    import json
+
+    from envace.experiment import release, runner
+    from envace.experiment.grid import is_done, result_path
+
+    chosen = [u for u in release.released(cfg) if only in (None, u.key)]
+    if not chosen:
+        raise ValueError(f"{cfg.name}: {only or 'no unit'} is not released (release_seeds: {cfg.release_seeds})")
+    runner.pin_numerics(cfg)
+    for unit in chosen:
+        folder = release.release_dir(cfg, unit)
+        if not is_done(cfg, unit) or release.is_released(cfg, unit):
+            state = "released" if is_done(cfg, unit) else "not done"
+            print(f"[{cfg.name}] {unit.key}: {state}, {folder}", flush=True)
+            continue
+        runner.ensure_checkpoint(cfg, unit)
+        recorded = json.loads(result_path(cfg, unit).read_text())["fingerprint"]
+        written = release.release_unit(cfg, unit, runner.last_checkpoint(cfg, unit.key), recorded)
+        print(f"[{cfg.name}] {unit.key}: released, {written}", flush=True)
+    return 0
 
 
 def _write_metadata(cfg: ExperimentConfig) -> None:

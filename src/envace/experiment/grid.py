@@ -188,6 +188,8 @@ class ExperimentConfig:
         variants: named lists of further ``envace fit`` arguments of the runs, used by arms written
             ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
         reference_arm: the arm every other policy is compared with in the report.
+        release_seeds: the seeds whose runs' final policies, and then the warm start's, are released
+            beside the result files as bf16 peft adapter folders (:mod:`~envace.experiment.release`).
     """
 
     name: str
@@ -205,6 +207,7 @@ class ExperimentConfig:
     recipe: list[str] = field(default_factory=list)
     variants: dict[str, list[str]] = field(default_factory=dict)
     reference_arm: str = "envace"
+    release_seeds: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.arms or not self.seeds:
@@ -218,9 +221,14 @@ class ExperimentConfig:
             raise ValueError(f"arms and seeds must not repeat: {self.arms}, {self.seeds}")
         if self.warm_start_steps < 1 or self.rl_steps < 1:
             raise ValueError("warm_start_steps and rl_steps must be >= 1")
-        stray = sorted(set(self.evaluation.rehearsal_seeds or []) - set(self.seeds))
-        if stray:
-            raise ValueError(f"evaluation.rehearsal_seeds {stray} are not among the seeds {self.seeds}")
+        chosen_seeds = {
+            "evaluation.rehearsal_seeds": self.evaluation.rehearsal_seeds,
+            "release_seeds": self.release_seeds,
+        }
+        for what, chosen in chosen_seeds.items():
+            stray = sorted(set(chosen or []) - set(self.seeds))
+            if stray:
+                raise ValueError(f"{what} {stray} are not among the seeds {self.seeds}")
 
     @property
     def results_dir(self) -> Path:

@@ -302,13 +302,14 @@ def _figure_section(results: Results) -> list[str]:
     return lines
 
 
-def render_report(results: Results, n_boot: int = 2000, seed: int = 0) -> str:
+def render_report(results: Results, n_boot: int = 2000, seed: int = 0, released: list[str] | None = None) -> str:
     """The markdown text of ``report.md``: a function of the results and the bootstrap settings only.
 
     Args:
         results: from :func:`load_results`.
         n_boot: bootstrap replicates per interval.
         seed: generator seed of every interval.
+        released: the section naming the released policies (:func:`~envace.experiment.release.release_section`).
     """
     boot = Boot(n_boot, seed)
     sections = [
@@ -322,6 +323,7 @@ def render_report(results: Results, n_boot: int = 2000, seed: int = 0) -> str:
         _rehearsal_section(results, boot),
         _verdict_section(results, boot),
         _figure_section(results),
+        released or [],
     ]
     return "\n".join(line for section in sections for line in section).rstrip("\n") + "\n"
 
@@ -342,8 +344,10 @@ def write_report(folder: str | Path, n_boot: int = 2000, seed: int = 0) -> Path:
 
     if is_drift_experiment(folder):  # evaluations under drift (of another grid's policies): its own report
         return write_drift_report(folder, n_boot, seed)
+    from envace.experiment.release import release_section
+
     results = load_results(folder)
-    text = render_report(results, n_boot, seed)
+    text = render_report(results, n_boot, seed, release_section(folder))
     write_figures(results, folder / "figures", Boot(n_boot, seed))
     path = folder / REPORT_FILE
     path.write_text(text, encoding="utf-8")

@@ -33,6 +33,7 @@ from envace.experiment.grid import (
     units,
     write_result,
 )
+from envace.experiment.release import release_unit, released
 
 
 def unit_dir(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -206,7 +207,10 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
     run_fit(cfg, unit)
     if unit.kind == "warm_start":
         keep_policy(cfg, unit)
-    return write_result(cfg, unit, {**fit_result(cfg, unit), "code": git_commit(), "machine": machine()})
+    result = {**fit_result(cfg, unit), "code": git_commit(), "machine": machine()}
+    if unit in released(cfg):  # before its result file: a unit done is a unit released
+        release_unit(cfg, unit, last_checkpoint(cfg, unit.key), result["fingerprint"])
+    return write_result(cfg, unit, result)
 
 
 def machine() -> dict[str, Any]:
@@ -218,10 +222,9 @@ def machine() -> dict[str, Any]:
 
 
 def pin_numerics(cfg: ExperimentConfig) -> None:
-    """Compute in the precision the grid's warm start computed in: a grid spans sessions whose CPUs
-    differ, and units in bf16 beside units in fp32 would differ by their numerics as well as their arm.
-    fp32 is chosen here by ``ENVACE_BF16=none`` (slower on a bf16 CPU, never wrong); a CPU without
-    native bf16 would run a bf16 grid ~100x slower, so that stops with a one-line error."""
+    """Compute in the precision the grid's warm start did (units in bf16 beside units in fp32 would
+    differ by their numerics as well as their arm): fp32 by ``ENVACE_BF16=none`` (slower on a bf16 CPU,
+    never wrong); a bf16 grid on a CPU without native bf16 (~100x slower) stops, in one line."""
     from envace.hardware import ENV, capability, forced
 
     warm = next((u for u in units(cfg) if u.kind == WARM), None)
