@@ -239,3 +239,22 @@ def test_lightning_fit_receives_step_batches(tokenizer) -> None:
     train = [b for b in module.seen if b.sft is not None]
     assert len(train) == 3 and all(isinstance(b, StepBatch) and len(b.tasks) == 1 for b in module.seen)
     assert any(len(b.tasks) == 1 and b.sft is None for b in module.seen)  # validation ran
+
+
+def test_rl_share_gives_rl_and_the_warm_start_disjoint_scenarios(tokenizer) -> None:
+    """A warm start supervised on the tasks RL then samples has memorised them: with ``rl_share`` RL
+    rolls out only a share of the scenarios and the warm start is grounded on the others only, every
+    category of a scenario on the same side; 0 keeps every task on both sides."""
+    from envace.data.pools import family
+
+    both = make(tokenizer, max_user_turns=1, limit=12)
+    assert both.counts["grounded"] == len(both.train_set) == 12
+    split = make(tokenizer, max_user_turns=1, limit=12, rl_share=0.5)
+    rl = {family(t) for t in split.train_set}
+    grounded = {family(t) for t in both.train_set} - rl
+    assert len(rl) == 6 and len(grounded) == 6
+    assert split.counts["grounded"] == 12 - len(split.train_set) and split.counts["rl_tasks"] == len(split.train_set)
+    again = make(tokenizer, max_user_turns=1, limit=12, rl_share=0.5, seed=7)  # another seed: the same pools
+    assert [t.id for t in again.train_set] == [t.id for t in split.train_set]
+    with pytest.raises(ValueError, match="rl_share must be a fraction"):
+        make(tokenizer, max_user_turns=1, limit=4, rl_share=1.0)

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from envace.data.batch import StepBatch, collate_episodes
 from envace.data.grounding import ground, recorded_trajectory
 from envace.data.memory_notes import noted
+from envace.data.pools import split_pool, spread
 from envace.data.sources import SourceSpec
 from envace.protocol.render import ChatFormat, ToolStyle, make_format
 from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors, PieceEncoder, encode_trajectory
@@ -57,18 +58,6 @@ def prompt_tokens(task: Task, encoder: PieceEncoder, fmt: ChatFormat) -> int:
     ep.system(task.system_prompt, task.tools)
     ep.user_turn(task, 0, task.user_turns[0] if task.user_turns else None)
     return len(ep)
-
-
-def spread(items: list[Task], count: int) -> list[Task]:
-    """``count`` items evenly spaced over ``items``, in order (all of them when there are fewer).
-
-    >>> [t.id for t in spread([Task(str(i), "x") for i in range(10)], 4)]
-    ['0', '2', '5', '7']
-    """
-    n = len(items)
-    if count >= n:
-        return list(items)
-    return [items[(i * n) // count] for i in range(count)]
 
 
 class StepSampler(Sampler[StepKey]):
@@ -206,6 +195,8 @@ class EnvACEDataModule(pl.LightningDataModule):
             validation set in source order, so that a few tasks still cover its categories and
             API classes rather than the first scenario family.
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
+        rl_share: the share of the training scenarios that only RL rolls out, the rest only grounded
+            for the warm start (:mod:`envace.data.pools`); 0 (default): both use every training task.
         seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the run's
             ``seed_everything`` (runs of other seeds see other orders: else a control's seeds are one run).
         num_workers: DataLoader worker processes.
@@ -228,6 +219,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         memory_notes: float = 0.0,
         val_tasks: int | None = None,
         limit: int | None = None,
+        rl_share: float = 0.0,
         seed: int | None = None,
         num_workers: int = 0,
     ):
@@ -247,6 +239,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
         self.warm_start, self.max_sft_tokens, self.memory_notes = warm_start, max_sft_tokens, memory_notes
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
+        self.rl_share = rl_share
         self.train_set: list[Task] = []
         self.val_set: list[Task] = []
         self.episodes: list[EpisodeTensors] = []
@@ -330,18 +323,20 @@ class EnvACEDataModule(pl.LightningDataModule):
         """Load, cut, filter, ground and tokenise (once; later calls do nothing)."""
         if self._ready:
             return
-        self.train_set = self._load(self.sources, "train", self.limit, self.max_prompt_tokens)
+        grounded, self.train_set = split_pool(self._load(self.sources, "train", self.limit, self.max_prompt_tokens),
+                                              self.rl_share)  # fmt: skip
+        self.counts["rl_tasks"] = len(self.train_set)
         self.val_set = self._load(self.val_sources, "val", self.val_tasks, self.val_max_prompt_tokens)
-        self.episodes = self._ground(self.train_set) if self.warm_start else []
+        self.episodes = self._ground(grounded) if self.warm_start else []
         self._ready = True
         c = self.counts
         log.info(
-            "data: train %d loaded, %d cut to %s user turns, %d filtered by length, %d kept; val %d loaded, "
-            "%d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, %d SFT episodes "
-            "(%d with memory notes)", c["train_loaded"], c["train_truncated"], self.max_user_turns,
-            c["train_filtered_by_length"], c["train_tasks"], c["val_loaded"], c["val_filtered_by_length"],
-            c["val_tasks"], c["grounded"], c["recorded"], c["ground_skipped_no_env"], c["ground_failed"],
-            c["sft_dropped_long"], len(self.episodes), c["memory_notes"],
+            "data: train %d loaded, %d cut to %s user turns, %d filtered by length, %d kept (%d for RL); "
+            "val %d loaded, %d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, "
+            "%d SFT episodes (%d with memory notes)", c["train_loaded"], c["train_truncated"], self.max_user_turns,
+            c["train_filtered_by_length"], c["train_tasks"], c["rl_tasks"], c["val_loaded"],
+            c["val_filtered_by_length"], c["val_tasks"], c["grounded"], c["recorded"], c["ground_skipped_no_env"],
+            c["ground_failed"], c["sft_dropped_long"], len(self.episodes), c["memory_notes"],
         )  # fmt: skip
 
     def stats(self) -> dict[str, Any]:

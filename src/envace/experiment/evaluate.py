@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from envace.data.datamodule import prompt_tokens, spread
+from envace.data.datamodule import prompt_tokens
+from envace.data.pools import spread
 from envace.data.sources import SourceSpec
 from envace.data.sources.bfcl import TRAIN_CLASSES
 from envace.envs import drifted_task
