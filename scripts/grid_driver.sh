@@ -58,6 +58,14 @@ for unit in "${units[@]}"; do
       git add "${paths[@]}" && git commit -qm "$name: $unit" -- "${paths[@]}" && break
       sleep 5
     done
+    # a grid whose commit predates release_seeds: this checkout's code releases the fit's policy
+    # while its checkpoint is here (a unit outside release_seeds is said so in one line)
+    if [[ $unit != eval-* ]] && [ ! -d "$main/$results/policies/$unit" ]; then
+      PYTHONPATH=src .venv/bin/envace experiment --config "$config" --release --unit "$unit" 2>&1 | tail -1 || true
+      if [ -f "$main/$results/policies/$unit/release.json" ]; then
+        git add "$results/policies/$unit" && git commit -qm "$name: $unit released" -- "$results/policies/$unit" || true
+      fi
+    fi
   fi
 done
 echo "=== $(date -u +%T) $name: no unit left in this list"
