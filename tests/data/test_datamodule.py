@@ -245,13 +245,13 @@ def test_rl_share_gives_rl_and_the_warm_start_disjoint_scenarios(tokenizer) -> N
     """A warm start supervised on the tasks RL then samples has memorised them: with ``rl_share`` RL
     rolls out only a share of the scenarios and the warm start is grounded on the others only, every
     category of a scenario on the same side; 0 keeps every task on both sides."""
-    from envace.data.pools import family
+    from envace.data.pools import family_of
 
     both = make(tokenizer, max_user_turns=1, limit=12)
     assert both.counts["grounded"] == len(both.train_set) == 12
     split = make(tokenizer, max_user_turns=1, limit=12, rl_share=0.5)
-    rl = {family(t) for t in split.train_set}
-    grounded = {family(t) for t in both.train_set} - rl
+    rl = {family_of(t.id) for t in split.train_set}
+    grounded = {family_of(t.id) for t in both.train_set} - rl
     assert len(rl) == 6 and len(grounded) == 6
     assert split.counts["grounded"] == 12 - len(split.train_set) and split.counts["rl_tasks"] == len(split.train_set)
     again = make(tokenizer, max_user_turns=1, limit=12, rl_share=0.5, seed=7)  # another seed: the same pools

@@ -17,21 +17,23 @@ from envace.data.sources.bfcl import scenario_of
 from envace.types import Task
 
 
-def family(task: Task) -> str:
-    """The task's family: its BFCL scenario (``multi_turn_59``) or, for any other task, its id.
+def family_of(task_id: str) -> str:
+    """A task's family: its BFCL scenario (``multi_turn_59``, shared by the scenario's categories) or,
+    for any other task, its id. The one rule for what counts as one unit, in training's pools and in
+    the report's intervals (:func:`envace.experiment.hypotheses.families`).
 
-    >>> family(Task("multi_turn_miss_param_59", "x")), family(Task("simple_python_3", "x"))
+    >>> family_of("multi_turn_miss_param_59"), family_of("simple_python_3")
     ('multi_turn_59', 'simple_python_3')
     """
-    return scenario_of(task.id) or task.id
+    return scenario_of(task_id) or task_id
 
 
-def rl_families(tasks: list[Task], share: float) -> set[str]:
+def rl_families(families: set[str], share: float) -> set[str]:
     """The families of RL's pool: ``round(share * families)`` of them, those first in the order of the
     CRC-32 of their names (a pseudo-random order every machine agrees on), at least one, and never all.
     """
-    families = sorted({family(t) for t in tasks}, key=lambda f: (zlib.crc32(f.encode()), f))
-    return set(families[: min(max(1, round(share * len(families))), len(families) - 1)])
+    ordered = sorted(families, key=lambda f: (zlib.crc32(f.encode()), f))
+    return set(ordered[: min(max(1, round(share * len(ordered))), len(ordered) - 1)])
 
 
 def split_pool(tasks: list[Task], rl_share: float) -> tuple[list[Task], list[Task]]:
@@ -40,17 +42,19 @@ def split_pool(tasks: list[Task], rl_share: float) -> tuple[list[Task], list[Tas
 
     >>> tasks = [Task(f"multi_turn_{c}_{i}", "x") for i in range(40) for c in ("base", "long_context")]
     >>> grounded, rl = split_pool(tasks, 0.25)
-    >>> len(grounded), len(rl), {family(t) for t in grounded} & {family(t) for t in rl}
+    >>> len(grounded), len(rl), {family_of(t.id) for t in grounded} & {family_of(t.id) for t in rl}
     (60, 20, set())
     """
     if not 0.0 <= rl_share < 1.0:
         raise ValueError(f"rl_share must be a fraction in [0, 1), got {rl_share}")
     if rl_share == 0.0:
         return list(tasks), list(tasks)
-    if len({family(t) for t in tasks}) < 2:
+    names = [family_of(t.id) for t in tasks]
+    if len(set(names)) < 2:
         raise ValueError(f"rl_share {rl_share}: the training tasks hold fewer than two families to split")
-    pool = rl_families(tasks, rl_share)
-    return [t for t in tasks if family(t) not in pool], [t for t in tasks if family(t) in pool]
+    pool = rl_families(set(names), rl_share)
+    rl = [f in pool for f in names]
+    return [t for t, r in zip(tasks, rl, strict=True) if not r], [t for t, r in zip(tasks, rl, strict=True) if r]
 
 
 def spread(items: list[Task], count: int) -> list[Task]:

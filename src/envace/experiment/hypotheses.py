@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from envace.data.sources.bfcl import scenario_of
+from envace.data.pools import family_of
 from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, paired_item_values
 from envace.experiment.stats import (
     CONTRADICTED,
@@ -55,7 +55,7 @@ PerTask = dict[str, list[float]]  # task key -> one value per seed
 
 def families(keys: Iterable[str]) -> dict[str, str]:
     """The family of each task key (``split/task_id``): ``split/scenario`` for the categories of one
-    BFCL multi-turn scenario (:func:`~envace.data.sources.bfcl.scenario_of`), the key itself otherwise.
+    BFCL multi-turn scenario (:func:`~envace.data.pools.family_of`), the key itself otherwise.
 
     >>> sorted(set(families(["val/multi_turn_base_59", "val/multi_turn_miss_func_59", "test/t1"]).values()))
     ['test/t1', 'val/multi_turn_59']
@@ -63,8 +63,7 @@ def families(keys: Iterable[str]) -> dict[str, str]:
     out = {}
     for key in keys:
         split, _, task = key.rpartition("/")
-        scenario = scenario_of(task)
-        out[key] = key if scenario is None else f"{split}/{scenario}"
+        out[key] = f"{split}/{family_of(task)}" if split else family_of(task)
     return out
 
 
