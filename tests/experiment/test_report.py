@@ -313,6 +313,24 @@ def test_main_table_equals_a_recomputation(tmp_path: Path) -> None:
     assert rows["envace"][0].startswith("0.800 [")
 
 
+def test_difference_to_the_warm_start_equals_a_recomputation(tmp_path: Path) -> None:
+    folder = make_grid(tmp_path / "exp")
+    table = _report(folder).split("### Difference to the warm start")[1].split("##")[0]
+    lines = [
+        r.strip("| ").split(" | ") for r in table.splitlines() if r.startswith("| ") and not r.startswith("| policy")
+    ]
+    rows = {cells[0]: cells[1:] for cells in lines}
+    assert list(rows) == list(ARMS)
+    for arm, cells in rows.items():
+        expected = []
+        for splits in [("val",), ("test",), SPLITS]:
+            a, b = _per_task(folder, arm, splits, "success"), _per_task(folder, "warm_start", splits, "success")
+            expected.append(format_interval(paired_difference(a, b, n_boot=N_BOOT, families=families(set(a) & set(b)))))
+        assert cells == [*expected, str(2 * N_TASKS)], arm
+    # the sign is arm − warm start: envace (0.8) above the warm start (0.3), real_env (0.2) below it
+    assert rows["envace"][2].startswith("0.500 [") and rows["real_env"][2].startswith("-0.100 [")
+
+
 def test_mdd_comes_before_any_result_and_uses_the_warm_start_rate(tmp_path: Path) -> None:
     text = _report(make_grid(tmp_path / "exp"))
     assert text.index("## Minimum detectable difference") < text.index("## Results")

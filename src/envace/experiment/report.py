@@ -5,9 +5,9 @@ clock, no environment, every bootstrap with one fixed seed. Rendering the same f
 same ``report.md`` byte for byte; the figures are only linked from it.
 
 Order of the report: the grid and its compute, the minimum detectable difference (before any result),
-the main table and the differences to the reference arm, each run's final policy against the warm start
-task by task, the training per arm (:mod:`envace.experiment.training_table`), the cost of RL per arm,
-private rehearsal, the verdicts on H1–H4 with the rule of each, the figures.
+the main table and the differences to the reference arm and to the warm start, each run's final
+policy against the warm start task by task, the training per arm (:mod:`envace.experiment.training_table`),
+the cost of RL per arm, private rehearsal, the verdicts on H1–H4 with the rule of each, the figures.
 """
 
 from __future__ import annotations
@@ -159,18 +159,16 @@ def main_table(results: Results, boot: Boot) -> list[list[str]]:
     return rows
 
 
-def _diff_rows(results: Results, boot: Boot) -> list[list[str]]:
+def _diff_rows(results: Results, boot: Boot, pairs: list[tuple[str, str, str]]) -> list[list[str]]:
+    """One row per ``(label, a, b)``: ``a − b`` in official success per split and pooled, and the tasks paired."""
     exp = results.experiment
-    ref = exp.reference_arm
     rows = []
-    for label, arm in policies(results):
-        if arm == ref:
-            continue
+    for label, a, b in pairs:
         cells = []
         for splits in [*([s] for s in exp.splits), exp.splits]:
-            a = item_values(results, ref, "success", splits)
-            cells.append(format_interval(boot.diff(a, item_values(results, arm, "success", splits))))
-        pooled = boot.diff(success(results, ref), success(results, arm))
+            diff = boot.diff(item_values(results, a, "success", splits), item_values(results, b, "success", splits))
+            cells.append(format_interval(diff))
+        pooled = boot.diff(success(results, a), success(results, b))
         rows.append([label, *cells, str(pooled[3]) if pooled else "0"])
     return rows
 
@@ -179,6 +177,9 @@ def _results_section(results: Results, boot: Boot) -> list[str]:
     exp = results.experiment
     header = ["policy", *(f"success {s}" for s in exp.splits), "turn score (pooled)", "gold-call value_f1 (pooled)"]
     diff_header = ["policy", *(f"success {s}" for s in exp.splits), "success pooled", "tasks (pooled)"]
+    ref = exp.reference_arm
+    to_reference = [(label, ref, arm) for label, arm in policies(results) if arm != ref]
+    to_warm = [(arm, arm, WARM) for arm in exp.arms]
     return [
         "## Results",
         "",
@@ -196,7 +197,14 @@ def _results_section(results: Results, boot: Boot) -> list[str]:
         f"`{exp.reference_arm} − policy` in official success, paired by task over the tasks both have; the "
         "bootstrap resamples task families and, within each task, the seeds of each side independently.",
         "",
-        *markdown_table(diff_header, _diff_rows(results, boot)),
+        *markdown_table(diff_header, _diff_rows(results, boot, to_reference)),
+        "",
+        "### Difference to the warm start",
+        "",
+        "`arm − warm start` in official success: what each arm's training did to the policy it started from, "
+        "paired as above.",
+        "",
+        *markdown_table(diff_header, _diff_rows(results, boot, to_warm)),
         "",
     ]
 
