@@ -171,6 +171,32 @@ def test_the_drift_report_from_files_whose_truth_the_test_sets(tmp_path: Path) -
     assert "| no drift, setting none: verdicts equal to the trained grid's | 3 of 6 items |" in report
 
 
+def test_the_drift_report_counts_the_attempts_a_limit_ended(tmp_path: Path) -> None:
+    """The budget fix's before/after (configs/experiments/bfcl_cpu_budget.yaml) is a drift-less grid of
+    another experiment's policies: its report must say how many committed and imagined attempts a limit
+    ended, per setting, from the items' flags (files without flags: —)."""
+    from envace.experiment.drift_report import write_drift_report
+
+    folder = tmp_path / "budget"
+    meta = {"name": "budget", "arms": ["envace"], "seeds": [0], "reference_arm": "envace", "splits": ["val"],
+            "settings": ["none", "parallel@2"], "drift": ["none"]}  # fmt: skip
+    _json(folder / "experiment.json", meta)
+    items = _items("val", 4, {"none": 2, "parallel@2": 2}, {})
+    for i, it in enumerate(items):
+        it["flags"] = ["max_steps"] if i < 3 else []  # none: t0, t1, t2 ended by a limit; parallel@2: none
+        if it["setting"] == "parallel@2":
+            it["imagined_flags"] = [["max_episode_tokens"] if it["task_id"] == "t3" else [], []]
+    _json(folder / "units" / "eval-warm_start.json", _unit("eval-warm_start", "warm_start", None, items, [], None))
+    _json(
+        folder / "units" / "eval-envace-s0.json",
+        _unit("eval-envace-s0", "envace", 0, _items("val", 4, {"none": 1, "parallel@2": 1}, {}), [], None),
+    )
+    report = write_drift_report(folder).read_text()
+    assert _cell(report, "| warm start | none", "ended by a limit none") == "committed 3/4"
+    assert _cell(report, "| warm start | none", "ended by a limit parallel@2") == "committed 0/4 · imagined 1/8"
+    assert _cell(report, "| envace | none", "ended by a limit parallel@2") == "—"
+
+
 def test_a_gain_of_one_task_under_every_drift_is_one_task_not_many(tmp_path: Path) -> None:
     """The mitigation flips one task of ten, for both policies under each of ten drifts: twenty gains of 1
     among 200 cells. Cells bootstrapped as independent samples would call that a clear gain; clustered by

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
-from envace.experiment.hypotheses import Boot, format_interval, markdown_table
+from envace.experiment.hypotheses import Boot, format_interval, limit_shares, markdown_table
 from envace.experiment.results import WARM, Results, code_cell, fidelity_values, item_values, load_results, pauses_cell
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
@@ -148,15 +148,20 @@ def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]
                      for s in exp.settings]  # fmt: skip
             plain = item_values(results, arm, "success", splits, NONE, d)
             change = "—" if d == NONE else format_interval(boot.diff(plain, base))
-            rows.append([label, *_kind_mode(d), *cells, change])
-    header = ["policy", "drift", "mode", *(f"success {s}" for s in exp.settings), "Δ none vs no drift"]
+            ended = [limit_shares([it for e in results.evals if e.arm == arm and e.drift == d for it in e.items
+                                   if it.setting == s]) for s in exp.settings]  # fmt: skip
+            rows.append([label, *_kind_mode(d), *cells, change, *ended])
+    header = ["policy", "drift", "mode", *(f"success {s}" for s in exp.settings), "Δ none vs no drift",
+              *(f"ended by a limit {s}" for s in exp.settings)]  # fmt: skip
     return ["## Held-out success under drift", "",
             "Official success (bfcl-eval's checker on the canonical calls of the committed episode against the "
             "drifted real environment) pooled over the splits, per setting (`none`: N = 0; `mode@N`: N private "
             "rehearsals per user turn; `+reimagine<k>`: with the mitigation). Each cell is `mean [lo, hi]`: the "
             f"mean over tasks of the per-task mean over seeds, with a {boot.n_boot}-replicate 95% bootstrap interval "
             f"(tasks, then seeds within each; generator seed {boot.seed}). Δ: success under the drift − without, "
-            "setting `none`, paired by task.", "", *markdown_table(header, rows), ""]  # fmt: skip
+            "setting `none`, paired by task. Ended by a limit: committed attempts / imagined attempts that a rollout "
+            "limit ended (`max_steps`, `max_episode_tokens`, `truncated`, ...), of those recorded (— in files "
+            "without flags).", "", *markdown_table(header, rows), ""]  # fmt: skip
 
 
 def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from envace.data.pools import family_of
-from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values, paired_item_values
+from envace.experiment.results import WARM, Item, Results, evals_of, fidelity_values, item_values, paired_item_values
 from envace.experiment.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -121,6 +121,21 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def limit_shares(items: list[Item]) -> str:
+    """``committed k/n · imagined k/m``: attempts a rollout limit ended, of those whose flags are recorded.
+
+    >>> limit_shares([Item("val", "a", "p@2", 2, "p", True, 1.0, 1.0, flags=("truncated",),
+    ...                    imagined_flags=((), ("max_steps",)))])
+    'committed 1/1 · imagined 1/2'
+    """
+    committed = [bool(it.flags) for it in items if it.flags is not None]
+    imagined = [bool(a) for it in items if it.imagined_flags is not None for a in it.imagined_flags]
+    if not committed and not imagined:
+        return "—"
+    parts = [f"committed {sum(committed)}/{len(committed)}"] if committed else []
+    return " · ".join(parts + ([f"imagined {sum(imagined)}/{len(imagined)}"] if imagined else []))
 
 
 def success(results: Results, arm: str, setting: str = NONE) -> dict[str, list[float]]:

@@ -24,13 +24,13 @@ from envace.experiment.hypotheses import (
     fmt,
     format_interval,
     judge,
+    limit_shares,
     markdown_table,
     rehearsal_success,
     success,
 )
 from envace.experiment.results import (
     WARM,
-    Item,
     Results,
     code_cell,
     evals_of,
@@ -251,21 +251,6 @@ def _rehearsal_section(results: Results, boot: Boot) -> list[str]:
         *markdown_table(["policy", "setting", "success (pooled)", "gain over none", "ended by a limit"], rows),
         "",
     ]
-
-
-def limit_shares(items: list[Item]) -> str:
-    """``committed k/n · imagined k/m``: attempts a rollout limit ended, of those whose flags are recorded.
-
-    >>> limit_shares([Item("val", "a", "p@2", 2, "p", True, 1.0, 1.0, flags=("truncated",),
-    ...                    imagined_flags=((), ("max_steps",)))])
-    'committed 1/1 · imagined 1/2'
-    """
-    committed = [bool(it.flags) for it in items if it.flags is not None]
-    imagined = [bool(a) for it in items if it.imagined_flags is not None for a in it.imagined_flags]
-    if not committed and not imagined:
-        return "—"
-    parts = [f"committed {sum(committed)}/{len(committed)}"] if committed else []
-    return " · ".join(parts + ([f"imagined {sum(imagined)}/{len(imagined)}"] if imagined else []))
 
 
 def _seeds(seeds: Iterable[int | None]) -> str:
