@@ -19,7 +19,16 @@ from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
 from envace.experiment.hypotheses import Boot, format_interval, limit_shares, markdown_table
-from envace.experiment.results import WARM, Results, code_cell, fidelity_values, item_values, load_results, pauses_cell
+from envace.experiment.results import (
+    WARM,
+    Results,
+    code_cell,
+    evals_of,
+    fidelity_values,
+    item_values,
+    load_results,
+    pauses_cell,
+)
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
 
@@ -148,8 +157,8 @@ def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]
                      for s in exp.settings]  # fmt: skip
             plain = item_values(results, arm, "success", splits, NONE, d)
             change = "—" if d == NONE else format_interval(boot.diff(plain, base))
-            ended = [limit_shares([it for e in results.evals if e.arm == arm and e.drift == d for it in e.items
-                                   if it.setting == s]) for s in exp.settings]  # fmt: skip
+            ended = [limit_shares([it for e in evals_of(results, arm, d) for it in e.items if it.setting == s])
+                     for s in exp.settings]  # fmt: skip
             rows.append([label, *_kind_mode(d), *cells, change, *ended])
     header = ["policy", "drift", "mode", *(f"success {s}" for s in exp.settings), "Δ none vs no drift",
               *(f"ended by a limit {s}" for s in exp.settings)]  # fmt: skip
