@@ -101,7 +101,16 @@ class EnvACEModule(PolicyModule):
         self._reference_ready = False
 
     def lr_factor(self, step: int) -> float:
-        return super().lr_factor(step) * (1.0 if self.warm_start_at(step) else self.rl_lr_scale)
+        """The warm start's schedule, then RL's own from its first step: its warm-up counts from there
+        and its peak is ``optim.lr * rl_lr_scale``, as in a fit that starts RL from the warm start's weights."""
+        if self.warm_start_at(step):
+            return super().lr_factor(step)
+        return super().lr_factor(step - self.rl_start) * self.rl_lr_scale
+
+    @property
+    def rl_start(self) -> int:
+        """The optimizer step RL begins at in this fit (0 when it has no warm start)."""
+        return 0 if self.warm_start_only else self.warm_start_steps
 
     def warm_start_at(self, step: int) -> bool:
         """Whether optimizer step ``step`` is a grounded warm-start step (else an RL step)."""
@@ -212,7 +221,16 @@ class EnvACEModule(PolicyModule):
             if batch.sft is None:
                 raise ValueError("warm_start_steps > 0 needs grounded episodes: set data.warm_start: true")
             return {"loss": self.sft_step(batch.sft, "train")}
+        if self.global_step == self.rl_start > 0:
+            self.forget_optimizer_state()
         return self.rl_step(batch)
+
+    def forget_optimizer_state(self) -> None:
+        """RL starts with a fresh AdamW (no moments, step count 0), as a fit started from the warm start's
+        weights does: the warm start's moments would scale RL's first steps by |g_RL| / |g_SFT| and carry
+        the supervised direction into them. Runs once, at the first RL step (not again on a resume past it)."""
+        opt: Any = self.optimizers()
+        getattr(opt, "optimizer", opt).state.clear()
 
     def rl_step(self, batch: StepBatch) -> RLStepOutput:
         """Roll out G episodes per task, score them, and take the role-wise GRPO loss."""
