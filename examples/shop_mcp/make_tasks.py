@@ -5,7 +5,8 @@
 Four kinds of request, one user turn each: a price question (``search_products``), an order
 (``place_order``), an order then its status, an order then its cancellation (the second call
 reuses the id the first one's response assigns: ``A1001`` in a fresh session). Split 70/15/15 by
-task, the test split's products held out of training where the kind allows (unseen SKUs).
+task; the kinds cycle within each split (every split holds each kind in equal shares), and half of
+the test split's tasks, in every kind, order products held out of training (unseen SKUs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from server import CATALOG, FIRST_ORDER  # type: ignore[import-not-found]
 
 HERE = Path(__file__).resolve().parent
+KINDS = ("price", "order", "status", "cancel")
 SYSTEM = "You are the shop's assistant. Use the tools to answer; reuse the ids the tools return."
 
 
@@ -55,8 +57,9 @@ def main() -> None:
     rows: dict[str, list[dict]] = {"train": [], "val": [], "test": []}
     for i in range(args.n):
         split = "train" if i % 20 < 14 else "val" if i % 20 < 17 else "test"
-        pool = sorted(held_out) if split == "test" and i % 2 == 0 else [s for s in skus if s not in held_out]
-        kind = ["price", "order", "status", "cancel"][i % 4]
+        k = len(rows[split])  # cycles counted within the split: a global i % 4 aliases with i % 20
+        pool = sorted(held_out) if split == "test" and k // 4 % 2 == 0 else [s for s in skus if s not in held_out]
+        kind = KINDS[k % 4]
         text, gold = request(kind, rng.choice(pool), rng.randint(1, 5), rng)
         rows[split].append(
             {
