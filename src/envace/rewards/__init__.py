@@ -45,6 +45,7 @@ REWARDS: dict[str, str] = {
     "vitabench": "envace.rewards.vitabench:vitabench_proxy",
     "judge": "envace.rewards.judge:judge_reward",
     "gold-calls": "envace.rewards.gold:gold_calls",  # your own tasks' gold calls (docs/own-tools.md)
+    "gold-writes": "envace.rewards.gold:gold_writes",  # ShopWorld: writes and required reads (docs/shopworld.md)
     "python-env": "envace.envs.pytools:python_env_reward",  # a TRL-shaped class's get_reward()
 }
 
@@ -54,6 +55,7 @@ BY_BENCHMARK: dict[str, str] = {
     "finmcp": "toolf1",
     "chatlog": "toolf1",
     "tasks": "gold-calls",
+    "shopworld": "gold-writes",
 }
 
 #: limit flags whose episodes the benchmark's own scorer fails outright, by reward: bfcl-eval's runner

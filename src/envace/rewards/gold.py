@@ -70,3 +70,36 @@ def gold_calls(task: Task, traj: Trajectory) -> RewardOutput:
     score = sum(turns) / len(turns)
     details = {"turn_f1": turns, "turns_exact": sum(exact), "turns": len(turns), "n_called": sum(map(len, made))}
     return RewardOutput(score=score, success=all(exact), details=details)
+
+
+def gold_writes(task: Task, traj: Trajectory) -> RewardOutput:
+    """Reward ``gold-writes`` (ShopWorld, docs/shopworld.md): only the calls the task scores count — its
+    writes and its required reads (``task.extra["scored_tools"]``, by name) — and other reads are free.
+    ``success``: those calls equal the gold's, in order, and nothing more (an extra or refused write
+    fails); ``score``: the F1 of the two multisets (GRPO's dense signal). Reads the calls only: no tool
+    response enters (the state-replay oracle, :func:`envace.envs.shopworld.final_state`, checks it agrees).
+
+    >>> from envace.types import Message
+    >>> find, buy = ToolCall("search", {"q": "mug"}), ToolCall("buy", {"sku": "K7Q2"})
+    >>> t = Task("t", "shopworld", user_turns=["a"], gold=[[find, buy]], extra={"scored_tools": ["buy"]})
+    >>> made = lambda *cs: Trajectory(t, [Message("user", "a"), Message("assistant", tool_calls=list(cs))])
+    >>> [(o.score, o.success) for o in (gold_writes(t, made(buy)), gold_writes(t, made(find, find, buy)))]
+    [(1.0, True), (1.0, True)]
+    >>> out = gold_writes(t, made(buy, ToolCall("buy", {"sku": "K7Q3"})))
+    >>> round(out.score, 3), out.success
+    (0.667, False)
+    """
+    scored = task.extra.get("scored_tools")
+    if not task.gold or not isinstance(scored, list):
+        raise ValueError(f"task {task.id}: the gold-writes reward needs gold calls and extra.scored_tools")
+    names = set(scored)
+    made = calls_per_turn(traj.messages)
+    turns, exact = [], []
+    for i, gold in enumerate(task.gold):
+        calls = made[i] if i < len(made) else []
+        gold_keys = [call_key(c) for c in gold if c.name in names]
+        made_keys = [call_key(c) for c in calls if c.name in names]
+        turns.append(prf(gold_keys, made_keys)[2] if gold_keys or made_keys else 1.0)
+        exact.append(gold_keys == made_keys)
+    details = {"turn_f1": turns, "n_called": sum(map(len, made))}
+    return RewardOutput(score=sum(turns) / len(turns), success=all(exact), details=details)

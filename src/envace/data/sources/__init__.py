@@ -24,11 +24,13 @@ SOURCES: dict[str, str] = {
     "chatlog": "envace.data.sources.chatlog:load_chatlog",
     "prepared": "envace.data.sources.prepared:load_prepared",  # a folder `envace data prepare` wrote
     "tasks": "envace.data.sources.tasks:load_tasks",  # your own task file (docs/own-tools.md)
+    "shopworld": "envace.data.sources.shopworld:load_shopworld",  # the procedural world (docs/shopworld.md)
 }
 
 VERIFIERS: dict[str, str] = {
     "bfcl-multi-turn": "envace.data.sources.bfcl_verify:verify_multi_turn",
     "tau2": "envace.data.sources.tau2:verify_tau2",
+    "shopworld": "envace.data.sources.shopworld_verify:verify_shopworld",
 }
 
 

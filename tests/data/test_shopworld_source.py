@@ -1,0 +1,84 @@
+"""ShopWorld's tasks: split sizes, strata in equal shares, disjoint i.i.d. splits the same in every
+process, held-out products in test only, and the reward checked against the state-replay oracle."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from envace.data.sources import load_source, verify_source
+from envace.data.sources.shopworld import SPLITS, STRATA
+from envace.data.sources.shopworld_verify import oracle_success, perturbations
+from envace.envs.shopworld import catalogue
+from envace.rewards.gold import gold_calls
+from envace.types import Message, Trajectory
+
+
+def _key(t) -> str:
+    return t.user_turns[0] + repr(t.gold)
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
+def test_each_split_holds_every_stratum_in_equal_shares(split: str) -> None:
+    tasks = load_source("shopworld", split=split)
+    assert len(tasks) == SPLITS[split]
+    counts = Counter(t.category for t in tasks)
+    assert set(counts) == set(STRATA) and max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_splits_are_disjoint_and_held_out_products_are_in_test_only() -> None:
+    by_split = {s: load_source("shopworld", split=s) for s in SPLITS}
+    keys = {s: {_key(t) for t in ts} for s, ts in by_split.items()}
+    for a in SPLITS:
+        assert len(keys[a]) == SPLITS[a]  # no task twice within a split
+        for b in SPLITS:
+            assert a == b or not keys[a] & keys[b], (a, b)
+    held = {p.sku for p in catalogue().values() if p.held_out}
+    for split, tasks in by_split.items():
+        shown = {c.arguments.get("sku") for t in tasks for c in t.gold[0]} | {
+            o["sku"] for t in tasks for o in t.extra["metadata"].get("orders", [])
+        }
+        names = " ".join(t.user_turns[0] for t in tasks)
+        unseen = [p for p in catalogue().values() if p.held_out and p.name in names]
+        if split == "test":
+            assert sum(t.extra["held_out"] for t in tasks) == 150  # half of S1-S3
+        else:
+            assert not shown & held and not unseen, split
+
+
+def test_s3_needs_its_fallback_in_about_half_of_every_split() -> None:
+    for split in SPLITS:
+        s3 = [t for t in load_source("shopworld", split=split) if t.category == "S3_fallback"]
+        needs = sum(len([c for c in t.gold[0] if c.name == "search_products"]) == 2 for t in s3)
+        assert 0.35 < needs / len(s3) < 0.65, (split, needs, len(s3))
+
+
+def test_the_tasks_are_the_same_in_another_process() -> None:
+    code = (
+        "from envace.data.sources import load_source; "
+        "print([t.user_turns[0] for t in load_source('shopworld', split='tune')])"
+    )
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert other.stdout.strip() == str([t.user_turns[0] for t in load_source("shopworld", split="tune")])
+
+
+def test_the_reward_agrees_with_the_state_replay_oracle() -> None:
+    report = verify_source("shopworld", split="all", limit=40)
+    assert report.total > 1500 and report.passed == report.total, report.failures[:3]
+    assert any(g.startswith("gold (oracle passes 160/160)") for g in report.per_group)
+    assert any(g.startswith("wrong_sku (oracle passes 0/") for g in report.per_group)
+
+
+def test_the_agreement_check_can_fail() -> None:
+    """gold-calls, which also scores free reads, disagrees with the oracle once free reads are added."""
+    rng = random.Random(0)
+    tasks = load_source("shopworld", split="tune", limit=10)
+    for task in tasks:
+        calls = perturbations(task, rng)["free_reads_added"]
+        assert calls is not None
+        traj = Trajectory(task, [Message("user", task.user_turns[0]), Message("assistant", tool_calls=calls)])
+        assert oracle_success(task, calls) and not gold_calls(task, traj).success
