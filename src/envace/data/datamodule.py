@@ -197,6 +197,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
         rl_share: the share of the training scenarios that only RL rolls out, the rest only grounded
             for the warm start (:mod:`envace.data.pools`); 0 (default): both use every training task.
+        rl_sources: RL's own sources (same shape; ``limit`` not applied): RL rolls out these, the warm start
+            grounds ``sources`` (ShopWorld's ``rl`` and ``sft`` splits); empty (default): ``rl_share`` decides.
         seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the run's
             ``seed_everything`` (runs of other seeds see other orders: else a control's seeds are one run).
         num_workers: DataLoader worker processes.
@@ -220,6 +222,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         val_tasks: int | None = None,
         limit: int | None = None,
         rl_share: float = 0.0,
+        rl_sources: list[dict[str, Any]] | None = None,
         seed: int | None = None,
         num_workers: int = 0,
     ):
@@ -239,7 +242,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
         self.warm_start, self.max_sft_tokens, self.memory_notes = warm_start, max_sft_tokens, memory_notes
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
-        self.rl_share = rl_share
+        self.rl_share, self.rl_sources = rl_share, [SourceSpec.parse(s) for s in rl_sources or []]
         self.train_set: list[Task] = []
         self.val_set: list[Task] = []
         self.episodes: list[EpisodeTensors] = []
@@ -325,6 +328,8 @@ class EnvACEDataModule(pl.LightningDataModule):
             return
         grounded, self.train_set = split_pool(self._load(self.sources, "train", self.limit, self.max_prompt_tokens),
                                               self.rl_share)  # fmt: skip
+        if self.rl_sources:
+            self.train_set = self._load(self.rl_sources, "rl", None, self.max_prompt_tokens)
         self.counts["rl_tasks"] = len(self.train_set)
         self.val_set = self._load(self.val_sources, "val", self.val_tasks, self.val_max_prompt_tokens)
         self.episodes = self._ground(grounded) if self.warm_start else []

@@ -35,6 +35,7 @@ from envace.evaluation.policies import Policy, PolicyConfig, load_eval_policy
 from envace.evaluation.progress import Progress
 from envace.evaluation.provenance import git_commit, versions
 from envace.evaluation.report import Row, make_rows, sort_rows, to_markdown, write_outputs
+from envace.evaluation.shopworld import ShopWorldBenchmark
 from envace.evaluation.tau2 import Tau2Benchmark, model_user
 from envace.evaluation.users import UserSimConfig
 from envace.inference import ImaginationConfig, imagining_rollout
@@ -42,7 +43,7 @@ from envace.rewards.base import RewardOutput
 from envace.rollout import ExternalSimulator, Responder, RolloutLimits, SamplingConfig, make_engine
 from envace.types import Task
 
-BenchmarkName = Literal["bfcl", "tau2", "vitabench", "finmcp"]
+BenchmarkName = Literal["bfcl", "tau2", "vitabench", "finmcp", "shopworld"]
 REFERENCE_LIMITS = {"max_new_tokens": 16_384, "max_calls_per_step": 64, "max_episode_tokens": 10**7}
 
 
@@ -116,6 +117,8 @@ def _benchmark(
         return VitaBenchmark(tasks, simulator=sim, make_user=make_user)
     if name == "finmcp":
         return FinMCPBenchmark(tasks)
+    if name == "shopworld":
+        return ShopWorldBenchmark(tasks)
     raise ValueError(f"unknown benchmark {name!r}")
 
 
@@ -164,7 +167,8 @@ def evaluate(
     """Evaluate a policy on a benchmark under one or several test-time imagination settings.
 
     Args:
-        benchmark: ``bfcl``, ``tau2``, ``vitabench`` or ``finmcp`` (OpenAI-chat logs with recorded results).
+        benchmark: ``bfcl``, ``tau2``, ``vitabench``, ``finmcp`` (OpenAI-chat logs with recorded results) or
+            ``shopworld`` (docs/shopworld.md).
         policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
             (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``;
             or a policy already loaded by :func:`load_eval_policy` (``model`` is then not used to load it).
