@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from envace.metrics import (
     FidelityMetrics,
     FidelityTracker,
+    decision_f1,
     error_agreement,
     exact_match,
     json_valid,
@@ -68,7 +69,17 @@ def test_error_agreement() -> None:
     assert error_agreement({"ok": 1}, [1]) and not error_agreement([1], {"error": "no"})
     # an invalid rehearsal agrees with nothing, not even a real error
     assert score_pair(NO_TAG, {"error": "boom"}).error_agreement == 0.0
-    assert tuple(score_pair({"error": "boom"}, {"error": "bang"})) == (1.0, 0.0, 1.0, 0.0, 1.0)
+    assert tuple(score_pair({"error": "boom"}, {"error": "bang"})) == (1.0, 0.0, 1.0, 0.0, 1.0, 0.0)
+
+
+def test_decision_f1_scores_the_facts_a_next_call_uses_and_only_those() -> None:
+    real = {"results": [{"sku": "K7Q2", "name": "red classic mug", "price": 4.5, "in_stock": True}]}
+    prose = {"results": [{"sku": "K7Q2", "name": "a red mug", "price": 4.5, "in_stock": True}]}
+    assert decision_f1(prose, real) == 1.0 and leaf_value_f1(prose, real) < 1.0  # the name is not a decision
+    wrong_sku = {"results": [{"sku": "K7Q3", "name": "red classic mug", "price": 4.5, "in_stock": True}]}
+    assert decision_f1(wrong_sku, real) == pytest.approx(2 / 3) and leaf_value_f1(wrong_sku, real) == 0.75
+    assert decision_f1({"order_id": "A1001", "total": 9.0}, {"order_id": "A1002", "total": 9.0}) == 0.0
+    assert decision_f1({"files": ["a"]}, {"files": ["b"]}) == 1.0  # no decision field on either side
 
 
 def test_metric_means_by_hand() -> None:
@@ -100,8 +111,8 @@ def test_tracker_breaks_down_by_benchmark_and_tool() -> None:
     assert out["fidelity/error_agreement"].item() == pytest.approx(2 / 3)
     t.reset()
     t.update([pair("math.mean", {"r": 1}, {"r": 1})])  # a tool name with a dot (not a valid module key)
-    assert set(t.compute()) == {f"fidelity/{n}{g}" for n in ["json_valid", "exact_match", "key_f1", "value_f1",
-                                "error_agreement", "pairs"] for g in ["", "/bfcl", "/tool/math.mean"]}  # fmt: skip
+    names = ["json_valid", "exact_match", "key_f1", "value_f1", "error_agreement", "decision_f1", "pairs"]
+    assert set(t.compute()) == {f"fidelity/{n}{g}" for n in names for g in ["", "/bfcl", "/tool/math.mean"]}
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 
-_SCORES = "(json_valid|exact_match|key_f1|value_f1|error_agreement)$"
+_SCORES = "(json_valid|exact_match|key_f1|value_f1|error_agreement|decision_f1)$"
 
 #: TensorBoard's custom-scalars layout (``{category: {chart: ["Multiline", [tag regex, ...]]}}``; a
 #: regex matches a tag from its start): the first category holds the curves a run is judged by.

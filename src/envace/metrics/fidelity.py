@@ -15,6 +15,9 @@ exact_match         canonical JSON of ``r`` equals that of ``g`` (sorted keys; `
 key_f1              F1 over the sets of key paths (``"a.b"``, ``"a[].c"``) of ``r`` and ``g``
 value_f1            F1 over the multisets of (path, canonical leaf value) of ``r`` and ``g``
 error_agreement     both are errors or both succeed (error: a top-level ``"error"`` key)
+decision_f1         ``value_f1`` over the leaves whose key is a decision field (:data:`DECISION_FIELDS`:
+                    what a next call reuses or decides on, such as a SKU, a price, stock, an order id,
+                    a status, an error code); two responses without such a leaf score 1.0
 ==================  ==========================================================================
 
 A rehearsal that is not ``json_valid`` scores 0 on every other metric: the parser's error object
@@ -40,6 +43,9 @@ from envace.types import JSON, is_error
 
 if TYPE_CHECKING:
     from envace.rollout.episode import FidelityPair
+
+#: the keys whose values a next call reuses or decides on (ShopWorld's, and their common names elsewhere)
+DECISION_FIELDS = frozenset({"sku", "price", "in_stock", "order_id", "status", "error", "id"})
 
 PARSE_ERRORS = frozenset(
     {
@@ -173,6 +179,26 @@ def leaf_value_f1(rehearsed: JSON, real: JSON) -> float:
     return f1(leaf_values(rehearsed), leaf_values(real))
 
 
+def decision_f1(rehearsed: JSON, real: JSON) -> float:
+    """F1 over the (path, value) leaves whose last key is a decision field (:data:`DECISION_FIELDS`):
+    the facts a policy acts on, not the prose around them.
+
+    >>> real = {"results": [{"sku": "K7Q2", "name": "red mug", "price": 4.5}]}
+    >>> decision_f1({"results": [{"sku": "K7Q2", "name": "a red mug", "price": 4.5}]}, real)
+    1.0
+    >>> decision_f1({"results": [{"sku": "K7Q3", "name": "red mug", "price": 4.5}]}, real)
+    0.5
+    """
+
+    def decisions(value: JSON) -> Counter[tuple[str, str]]:
+        leaves = leaf_values(value)
+        return Counter(
+            {k: n for k, n in leaves.items() if k[0].rsplit(".", 1)[-1].removesuffix("[]") in DECISION_FIELDS}
+        )
+
+    return f1(decisions(rehearsed), decisions(real))
+
+
 def error_agreement(rehearsed: JSON, real: JSON) -> bool:
     """Both responses are errors, or both succeed (an error has a top-level ``"error"`` key).
 
@@ -185,34 +211,38 @@ def error_agreement(rehearsed: JSON, real: JSON) -> bool:
 
 
 class FidelityScores(NamedTuple):
-    """The five scores of one (rehearsed, real) pair, each in [0, 1]."""
+    """The six scores of one (rehearsed, real) pair, each in [0, 1]."""
 
     json_valid: float
     exact_match: float
     key_f1: float
     value_f1: float
     error_agreement: float
+    decision_f1: float
 
 
 NAMES: tuple[str, ...] = FidelityScores._fields
 
 
 def score_pair(rehearsed: JSON, real: JSON) -> FidelityScores:
-    """All five scores; an invalid rehearsal scores 0 on each.
+    """All six scores; an invalid rehearsal scores 0 on each.
 
-    >>> score_pair({"a": 1}, {"a": 1})
-    FidelityScores(json_valid=1.0, exact_match=1.0, key_f1=1.0, value_f1=1.0, error_agreement=1.0)
-    >>> score_pair({"error": {"code": "NO_TAG", "message": "m"}}, {"error": "x"})
-    FidelityScores(json_valid=0.0, exact_match=0.0, key_f1=0.0, value_f1=0.0, error_agreement=0.0)
+    >>> score_pair({"a": 1}, {"a": 1})  # doctest: +NORMALIZE_WHITESPACE
+    FidelityScores(json_valid=1.0, exact_match=1.0, key_f1=1.0, value_f1=1.0, error_agreement=1.0,
+                   decision_f1=1.0)
+    >>> score_pair({"error": {"code": "NO_TAG", "message": "m"}}, {"error": "x"})  # doctest: +NORMALIZE_WHITESPACE
+    FidelityScores(json_valid=0.0, exact_match=0.0, key_f1=0.0, value_f1=0.0, error_agreement=0.0,
+                   decision_f1=0.0)
     """
     if not json_valid(rehearsed):
-        return FidelityScores(0.0, 0.0, 0.0, 0.0, 0.0)
+        return FidelityScores(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     return FidelityScores(
         1.0,
         float(exact_match(rehearsed, real)),
         key_set_f1(rehearsed, real),
         leaf_value_f1(rehearsed, real),
         float(error_agreement(rehearsed, real)),
+        decision_f1(rehearsed, real),
     )
 
 
