@@ -82,3 +82,17 @@ def test_the_agreement_check_can_fail() -> None:
         assert calls is not None
         traj = Trajectory(task, [Message("user", task.user_turns[0]), Message("assistant", tool_calls=calls)])
         assert oracle_success(task, calls) and not gold_calls(task, traj).success
+
+
+def test_no_answer_a_training_split_grounds_shows_a_held_out_product() -> None:
+    """The warm start trains on the real answers to the gold calls: a held-out product must be in none
+    of them (as a search's distractor, say), or the test's held-out tasks would be seen in training."""
+    from envace.envs.shopworld import ShopWorld
+
+    held = {p.sku for p in catalogue().values() if p.held_out}
+    for split in ("sft", "rl", "tune"):
+        for task in load_source("shopworld", split=split):
+            world = ShopWorld()
+            world.reset(**task.extra["metadata"])
+            answers = [getattr(world, c.name)(**c.arguments) for c in task.gold[0]]
+            assert not any(sku in str(answers) for sku in held), (task.id, answers)

@@ -83,10 +83,19 @@ def by_name(name: str) -> Product:
 
 
 def search(query: str, limit: int = MAX_RESULTS) -> list[Product]:
-    """Products ranked by how many of the query's words their name holds (ties: by name), those with
-    none left out: an exact name comes first, with up to ``limit - 1`` near misses as distractors."""
+    """Products of the kind and the colour the query names (each, when it names one), ranked by how
+    many of the query's words their name holds (ties: by name): a full name comes first, then the
+    same kind in that colour in other styles (the distractors). A held-out product therefore only
+    answers a query that names its kind and its colour, which only test tasks do.
+
+    >>> [p.name for p in search("red classic mug")]
+    ['red classic mug', 'red compact mug', 'red modern mug', 'red rustic mug']
+    """
     words = set(query.lower().split())
-    scored = [(len(words & set(p.name.split())), p) for p in catalogue().values()]
+    kinds, colours = words & set(KINDS), words & set(COLOURS)
+    matching = [p for p in catalogue().values()
+                if (not kinds or p.kind in kinds) and (not colours or p.colour in colours)]  # fmt: skip
+    scored = [(len(words & set(p.name.split())), p) for p in matching]
     ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1].name))
     return [p for _, p in ranked[:limit]]
 
