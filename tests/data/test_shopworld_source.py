@@ -96,3 +96,29 @@ def test_no_answer_a_training_split_grounds_shows_a_held_out_product() -> None:
             world.reset(**task.extra["metadata"])
             answers = [getattr(world, c.name)(**c.arguments) for c in task.gold[0]]
             assert not any(sku in str(answers) for sku in held), (task.id, answers)
+
+
+def test_exploration_trains_the_rehearse_role_only_and_shows_no_held_out_product() -> None:
+    """The fidelity knob's transitions: every assistant token is context (no act target), the real
+    answers are rehearse targets, each ends off the gold's course, and none names a held-out product."""
+    from envace.data.grounding import ground
+    from envace.policy import load_tokenizer
+    from envace.protocol.render import make_format
+    from envace.protocol.tokens import PieceEncoder, encode_trajectory
+    from envace.types import ROLE_IDS
+
+    tok = load_tokenizer("tiny")
+    fmt = make_format(tok, "hermes", "compact")
+    held = {p.sku for p in catalogue().values() if p.held_out} | {p.name for p in catalogue().values() if p.held_out}
+    explore = load_source("shopworld", split="explore", limit=60)
+    assert len(explore) == 60 and all(t.extra["rehearse_only"] for t in explore)
+    for task in explore:
+        traj = ground(task)
+        assert not any(h in str(traj.messages) for h in held), task.id
+        tensors = encode_trajectory(traj, PieceEncoder(tok), fmt).tensors()
+        assert ROLE_IDS["act"] not in tensors.roles.tolist() and ROLE_IDS["rehearse"] in tensors.roles.tolist()
+        assert task.extra["env_calls"] == len(task.gold[0])
+    plain = dict(explore[0].extra, rehearse_only=False)  # the same episode without the flag trains its acts
+    traj = ground(explore[0])
+    traj.task.extra.update(plain)
+    assert ROLE_IDS["act"] in encode_trajectory(traj, PieceEncoder(tok), fmt).tensors().roles.tolist()

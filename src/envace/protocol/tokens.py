@@ -138,8 +138,11 @@ def encode_trajectory(traj: Trajectory, encode: PieceEncoder, fmt: ChatFormat) -
     """A finished trajectory (grounded or recorded) as an episode: its assistant turns are ``act``
     text and its tool turns ``rehearse`` text, everything else context (the warm-start data). A system
     message is a system turn without tools, in context, where it stands (a memory note after a user
-    turn: :mod:`envace.data.memory_notes`, as test time's :meth:`envace.inference.Imagination.add_note`)."""
+    turn: :mod:`envace.data.memory_notes`, as test time's :meth:`envace.inference.Imagination.add_note`).
+    A task marked ``extra["rehearse_only"]`` (an exploration transition: docs/shopworld.md) trains the
+    rehearse role only: its assistant turns are context, so no act token is a target."""
     task = traj.task
+    act: Role = "context" if task.extra.get("rehearse_only") else "act"
     ep = EpisodeBuilder(encode, fmt)
     ep.system(task.system_prompt, task.tools)
     turn = -1
@@ -152,7 +155,7 @@ def encode_trajectory(traj: Trajectory, encode: PieceEncoder, fmt: ChatFormat) -
         elif m.role == "assistant":
             p = fmt.assistant()
             ep.context(p.header)
-            ep.written(fmt.assistant_body(m.content, m.tool_calls) + p.end, "act")
+            ep.written(fmt.assistant_body(m.content, m.tool_calls) + p.end, act)
             ep.context(p.trailer)
         elif m.role == "tool":
             p = fmt.tool()

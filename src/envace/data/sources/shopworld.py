@@ -22,6 +22,7 @@ tasks are the same in every process. The reward is ``gold-writes``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Callable
 from functools import cache
@@ -131,9 +132,54 @@ def draw_split(split: str, n: int, taken: set[str]) -> list[Task]:
     return tasks
 
 
+def _off_gold(rng: random.Random, next_gold: ToolCall | None) -> ToolCall:
+    """One valid call a policy might make instead of the gold's next, errors included; it names no
+    held-out product (their SKUs and names stay out of every training artefact)."""
+    seen = [p for p in catalogue().values() if not p.held_out]
+    while True:
+        kind = rng.choice(["search", "search_pair", "order", "order_bad", "status", "cancel", "list"])
+        p, q = rng.choice(seen), rng.randint(1, 5)
+        oid = rng.choice(["A1001", "A1002", f"B{rng.randint(10000, 99999)}"])
+        call = {
+            "search": ToolCall("search_products", {"query": p.name}),
+            "search_pair": ToolCall("search_products", {"query": f"{p.colour} {p.kind}"}),
+            "order": ToolCall("place_order", {"sku": p.sku, "quantity": q}),
+            "order_bad": ToolCall("place_order", rng.choice([{"sku": p.sku, "quantity": rng.choice([0, 12])},
+                                                              {"sku": "Z0Z0", "quantity": q}])),
+            "status": ToolCall("order_status", {"order_id": oid}),
+            "cancel": ToolCall("cancel_order", {"order_id": oid}),
+            "list": ToolCall("list_orders", {}),
+        }[kind]  # fmt: skip
+        if call != next_gold:
+            return call
+
+
+def exploration(n: int) -> list[Task]:
+    """``n`` rehearse-only transitions (the fidelity knob E, docs/shopworld.md): a gold prefix of an
+    ``sft`` or ``rl`` task, then one off-gold call; grounded in the real world they train the rehearse
+    role only (``extra["rehearse_only"]``: the acts are context). Each costs ``extra["env_calls"]``
+    real calls (its prefix and the call), counted against the arm that uses them."""
+    rng = random.Random("shopworld/explore")
+    drawn = _all_splits()
+    bases = [*drawn["sft"], *drawn["rl"]]
+    tasks = []
+    for i in range(n):
+        base = rng.choice(bases)
+        gold = base.gold[0]
+        cut = rng.randrange(len(gold))
+        calls = [*gold[:cut], _off_gold(rng, gold[cut])]
+        extra = {**copy.deepcopy(base.extra), "rehearse_only": True, "split": "explore", "env_calls": len(calls)}
+        tasks.append(dataclasses.replace(copy.deepcopy(base), id=f"shopworld-explore-{i:05d}", gold=[calls],
+                                         extra=extra))  # fmt: skip
+    return tasks
+
+
 def load_shopworld(split: str = "all", path: str | None = None, limit: int | None = None) -> list[Task]:
     """The tasks of ``split`` (``sft``, ``rl``, ``tune``, ``test``; ``train`` = ``sft``; ``all``); ``limit``:
-    the first ``limit`` of each split (strata stay balanced). ``path`` is unused: the world is code."""
+    the first ``limit`` of each split (strata stay balanced). ``path`` is unused: the world is code.
+    ``explore``: :func:`exploration` transitions (``limit`` of them, default 1,600), not part of ``all``."""
+    if split == "explore":
+        return exploration(1600 if limit is None else limit)
     wanted = {"train": "sft"}.get(split, split)
     if wanted != "all" and wanted not in SPLITS:
         raise ValueError(f"shopworld: unknown split {split!r}; splits: {', '.join(SPLITS)}, train, all")
