@@ -12,6 +12,9 @@ course (the reads it needs, then the writes). Strata, cycling within each split:
   arm that never sees a real answer cannot learn it; one that gains here reads answers it was not
   given, or the reward leaks.
 
+A task's id names its split, index, stratum and, for held-out products, ``-heldout``
+(``shopworld-test-0004-S5_control``), so a study's filters can select strata by id (``*S[1-4]_*``).
+
 Splits (i.i.d. draws, disjoint by request and gold): ``sft`` 512 (the warm start's gold episodes),
 ``rl`` 2,000 (each seen about once), ``tune`` 200 (recipe and difficulty choices), ``test`` 500 (the
 verdicts; half of its S1–S3 tasks ask for held-out products, which no other split shows). A split's
@@ -125,7 +128,8 @@ def draw_split(split: str, n: int, taken: set[str]) -> list[Task]:
         request, gold, meta = draw
         held = any(catalogue()[str(c.arguments.get("sku", ""))].held_out for c in gold if "sku" in c.arguments)
         scored = sorted({*WRITE_TOOLS, *meta.pop("required_reads", [])})
-        tasks.append(Task(id=f"shopworld-{split}-{k:04d}", benchmark="shopworld", category=stratum,
+        name = f"shopworld-{split}-{k:04d}-{stratum}" + ("-heldout" if held else "")  # filters match ids
+        tasks.append(Task(id=name, benchmark="shopworld", category=stratum,
                           system_prompt=SYSTEM, tools=tools, user_turns=[request], gold=[gold], env=dict(ENV),
                           extra={"metadata": meta, "scored_tools": scored, "held_out": held,
                                  "split": split}))  # fmt: skip
