@@ -32,8 +32,8 @@ def test_oracle_rehearses_perfectly_and_scores_one(capsys) -> None:
     table = out.split("== rehearsed vs real (3 calls) ==")[1]
     assert re.search(r"cd\(folder=\"document\"\)\s+\| \{\"current_working_directory\": \"document\"\}\s+\| "
                      r"\{\"current_working_directory\": \"document\"\}", table)  # fmt: skip
-    assert _fidelity_row(out, "all") == [3, 1.0, 1.0, 1.0, 1.0, 1.0]
-    assert _fidelity_row(out, "tool/mkdir") == [1, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert _fidelity_row(out, "all") == [3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # pairs, then the six scores
+    assert _fidelity_row(out, "tool/mkdir") == [1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert "reward: 1.000 (success True, bfcl-multi-turn)" in out
 
 
