@@ -10,7 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-/tmp/gpu-rehearsal-venv}
-PY312=${PY312:-$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)}
+PY312=${PY312:-}
+for candidate in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+  [ -n "$PY312" ] && break
+  "$candidate" -c '' 2>/dev/null && PY312=$candidate  # a pyenv shim of another version fails here
+done
+[ -n "$PY312" ] || { echo "gpu_rehearsal: no Python 3.12 (the image's); set PY312" >&2; exit 2; }
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY312" -m venv "$VENV"
   # the image's pinned versions, and its unpinned packages a fit or their installs touch
