@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,22 +181,29 @@ def step_times(events_dir: Path) -> dict[str, Any]:
     }
 
 
-def check_model(name: str, args: argparse.Namespace, sizes: Sizes, device: Any, work: Path) -> dict[str, Any]:
-    """Every section for one policy shape, each with its wall time and (CUDA) its peak memory."""
+def check_model(name: str, args: argparse.Namespace, sizes: Sizes, device: Any, work: Path, out: dict[str, Any],
+                save: Any) -> None:  # fmt: skip
+    """Every section for one policy shape into ``out``, each with its wall time and (CUDA) its peak
+    memory; ``save`` after each, so that a run cut off by its bound keeps what it measured. A failed
+    section is recorded as ``{"error": ...}`` and the others still run."""
     import torch
 
     folder = build_model(name, Path(args.tokenizer), work / name, sizes.layers, sizes.hidden)
-    out: dict[str, Any] = {**device_facts(device), "shape": name, "dtype": "bfloat16"}
-    memory: dict[str, float | None] = {}
+    memory: dict[str, float | None] = out.setdefault("peak_memory_gib", {})
 
     def section(key: str, fn: Any) -> Any:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         began = time.perf_counter()
-        out[key] = fn()
+        try:
+            out[key] = fn()
+        except Exception as error:  # one section's failure must not cost the other figures of a rare device
+            traceback.print_exc()
+            out[key] = {"error": f"{type(error).__name__}: {error}"[:1000]}
         out[f"{key}_seconds"] = round(time.perf_counter() - began, 1)
         memory[key] = _sig(torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None
         _log(name, key, out[key])
+        save()
         return out[key]
 
     out.update(in_process(folder, sizes, device, section))
@@ -203,8 +211,6 @@ def check_model(name: str, args: argparse.Namespace, sizes: Sizes, device: Any, 
     if device.type == "cuda":
         torch.cuda.empty_cache()
     section("rl_steps", lambda: run_rl_steps(folder, sizes, device, work / "runs"))
-    out["peak_memory_gib"] = memory
-    return out
 
 
 def in_process(folder: Path, sizes: Sizes, device: Any, section: Any) -> dict[str, Any]:
@@ -245,18 +251,31 @@ def main(argv: list[str] | None = None) -> int:
     sizes = SMALL if args.small else Sizes()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     began = time.perf_counter()
+    result: dict[str, Any] = {"command": "scripts/gpu_check.py " + " ".join(sys.argv[1:]), "small": args.small,
+                              **device_facts(device), "sizes": vars(sizes), "models": {}}  # fmt: skip
+
+    def save() -> None:
+        result["seconds"] = round(time.perf_counter() - began, 1)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         os.environ.setdefault("ENVACE_CACHE", str(Path(tmp) / "cache"))
         with redirect_stdout(sys.stderr):  # libraries print progress: stdout is the JSON only
-            models = {m: check_model(m, args, sizes, device, Path(tmp)) for m in args.model_list}
-    result = {"command": "scripts/gpu_check.py " + " ".join(sys.argv[1:]), "small": args.small,
-              **device_facts(device), "sizes": vars(sizes), "models": models}  # fmt: skip
-    result["seconds"] = round(time.perf_counter() - began, 1)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+            for name in args.model_list:
+                out = result["models"][name] = {**device_facts(device), "shape": name, "dtype": "bfloat16"}
+                try:
+                    check_model(name, args, sizes, device, Path(tmp), out, save)
+                except Exception as error:  # the model could not be built or loaded: the next one still runs
+                    traceback.print_exc()
+                    out["error"] = f"{type(error).__name__}: {error}"[:1000]
+    save()
+    print(json.dumps(result, indent=1))
+    failed = [f"{m}.{k}" for m, out in result["models"].items() for k, v in out.items()
+              if k == "error" or (isinstance(v, dict) and "error" in v)]  # fmt: skip
+    if failed:
+        print(f"gpu_check: failed: {', '.join(failed)} (the JSON holds each error)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
