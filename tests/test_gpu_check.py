@@ -8,6 +8,7 @@ import importlib.metadata as md
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,7 +118,7 @@ def test_no_gpu_fails_in_one_line(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"  # a PATH without nvidia-smi
     bin_dir.mkdir()
     for tool in ("bash", "dirname", "env"):
-        (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip())
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
     out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True,
                          timeout=30, env={"PATH": str(bin_dir)})  # fmt: skip
     assert out.returncode == 2 and out.stdout == ""
