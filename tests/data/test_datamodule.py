@@ -241,6 +241,29 @@ def test_lightning_fit_receives_step_batches(tokenizer) -> None:
     assert any(len(b.tasks) == 1 and b.sft is None for b in module.seen)  # validation ran
 
 
+class _Sharded(_Recorder):
+    def configure_model(self) -> None:  # ModelParallelStrategy asks for it
+        pass
+
+
+def test_fsdp_on_one_device_in_bf16_true_receives_step_batches(tokenizer) -> None:
+    """FSDP2 on one process (the GPU check's fit): Lightning re-creates the training loader around a
+    DistributedSampler, which a resumable StepLoader cannot take; ``bf16-true`` converts the batch,
+    whose tasks must come through as they are."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    dm = EnvACEDataModule([BASE], [], tokenizer="tiny", tool_style="compact", max_user_turns=1, limit=4)
+    module = _Sharded()
+    trainer = pl.Trainer(
+        max_steps=2, accelerator="cpu", devices=1, precision="bf16-true", logger=False, enable_checkpointing=False,
+        strategy=ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1), enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    assert len(module.seen) == 2 and all(isinstance(b, StepBatch) and isinstance(b.tasks[0], Task) for b in module.seen)
+    assert all(b.sft is not None and b.sft.loss_mask.dtype == torch.float32 for b in module.seen)
+
+
 def test_rl_share_gives_rl_and_the_warm_start_disjoint_scenarios(tokenizer) -> None:
     """A warm start supervised on the tasks RL then samples has memorised them: with ``rl_share`` RL
     rolls out only a share of the scenarios and the warm start is grounded on the others only, every

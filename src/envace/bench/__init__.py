@@ -142,7 +142,7 @@ def _rollout(module: Any, sizes: Any, engine: str, bf16: bool) -> dict[str, Any]
     """The rollout section: our engine's levers, or (``engine == "vllm"``) vLLM beside our engine."""
     from envace.bench import common
 
-    task = _rollout_task(module, common.bfcl_tasks(sizes.user_turns))
+    task = rollout_task(module, common.bfcl_tasks(sizes.user_turns))
     if engine == "vllm":
         from envace.bench.vllm import bench_vllm, default_dtypes
 
@@ -153,7 +153,7 @@ def _rollout(module: Any, sizes: Any, engine: str, bf16: bool) -> dict[str, Any]
     return bench_rollout(module, task, sizes.group_size, sizes.act_tokens, sizes.rehearse_tokens, bf16_sampling=bf16)
 
 
-def _rollout_task(module: Any, tasks: list[Any]) -> Any:
+def rollout_task(module: Any, tasks: list[Any]) -> Any:
     """The task with the shortest system turn among those with gold calls on every kept user turn."""
     from envace.protocol.tokens import PieceEncoder
 

@@ -80,7 +80,7 @@ def _run(module: Any, task: Task, role: str, seeds: list[int], group: int, sampl
     }
 
 
-def _pair(module: Any, task: Task, role: str, group: int, sampling: SamplingConfig, max_new: int) -> dict[str, Any]:
+def role_pair(module: Any, task: Task, role: str, group: int, sampling: SamplingConfig, max_new: int) -> dict[str, Any]:
     """The role's ``group`` episodes batched and the same episodes one at a time, and the ratio of
     their rates.
 
@@ -142,8 +142,8 @@ def bench_rollout(
         out["bf16_sampling"] = {"skipped": "no native bf16 on this CPU (envace.hardware): ~100x slower than fp32"}
     for key, sampling in settings.items():
         pairs = {
-            "act": _pair(module, task, "act", group_size, sampling, act_tokens),
-            "rehearse": _pair(module, task, "rehearse", group_size, sampling, rehearse_tokens),
+            "act": role_pair(module, task, "act", group_size, sampling, act_tokens),
+            "rehearse": role_pair(module, task, "rehearse", group_size, sampling, rehearse_tokens),
         }
         out[key] = {**pairs, "both_roles_speedup": _both(pairs)}
     if bf16_sampling:

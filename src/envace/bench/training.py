@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from envace.bench.common import param_count, quiet, timed
-from envace.bench.peak import matmul_gflops
+from envace.bench.peak import matmul_gflops, synchronizer
 from envace.data.batch import TokenBatch
 from envace.data.grounding import ground
 from envace.losses import LossInputs
@@ -43,16 +43,20 @@ def episode_window(module: Any, tasks: list[Task], n_tokens: int) -> TokenBatch:
     return TokenBatch(t, torch.ones_like(t), r, mask, torch.zeros_like(mask))
 
 
-def _precision(dtype: str) -> AbstractContextManager[Any]:
-    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+def _precision(dtype: str, device: torch.device) -> AbstractContextManager[Any]:
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
 
 
 def update_seconds(module: Any, batch: TokenBatch, dtype: str) -> float:
-    """Seconds of one forward and backward pass (log-probs, RoleGRPOLoss), gradients then dropped."""
-    rows = batch.input_ids.shape[0]
+    """Seconds of one forward and backward pass (log-probs, RoleGRPOLoss), gradients then dropped.
+
+    On the batch's device: the policy's own (``batch.to(device)`` first); on a GPU the time runs to
+    the end of the backward's kernels. ``dtype``: ``bf16`` autocasts, else the weights' own dtype."""
+    rows, device = batch.input_ids.shape[0], batch.input_ids.device
+    sync = synchronizer(device)
 
     def step() -> None:
-        with _precision(dtype):
+        with _precision(dtype, device):
             logprobs = module.token_logprobs(batch)
             loss, _ = module.loss(
                 LossInputs(
@@ -60,11 +64,12 @@ def update_seconds(module: Any, batch: TokenBatch, dtype: str) -> float:
                     old_logprobs=batch.logprobs,
                     roles=batch.roles,
                     loss_mask=batch.loss_mask,
-                    rewards=torch.ones(rows),
-                    group_ids=torch.arange(rows),
+                    rewards=torch.ones(rows, device=device),
+                    group_ids=torch.arange(rows, device=device),
                 )
             )
         loss.backward()
+        sync()
 
     with quiet():
         seconds, _ = timed(step)

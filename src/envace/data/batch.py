@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -60,9 +59,19 @@ def collate_episodes(episodes: list[EpisodeTensors], pad_id: int) -> TokenBatch:
     return out
 
 
-@dataclass
 class StepBatch:
-    """What one training step receives: tasks to roll out (RL) and/or grounded episodes (warm start)."""
+    """What one training step receives: tasks to roll out (RL) and/or grounded episodes (warm start).
 
-    tasks: list[Task]
-    sft: TokenBatch | None = None
+    Not a dataclass on purpose: before any hook, Lightning's ``bf16-true``/``16-true`` precision maps
+    over every dataclass of a batch (deep-copying each :class:`Task` and failing on its frozen fields)
+    and casts its float tensors (the recorded log-probs) to 16 bits. A plain object passes through;
+    :meth:`EnvACEDataModule.transfer_batch_to_device` moves the token tensors as they are.
+    """
+
+    __slots__ = ("sft", "tasks")
+
+    def __init__(self, tasks: list[Task], sft: TokenBatch | None = None) -> None:
+        self.tasks, self.sft = tasks, sft
+
+    def __repr__(self) -> str:
+        return f"StepBatch(tasks={[t.id for t in self.tasks]}, sft={None if self.sft is None else 'TokenBatch'})"

@@ -372,9 +372,10 @@ class EnvACEDataModule(pl.LightningDataModule):
         n, k = len(self.train_set), self.tasks_per_step
         steps = StepSampler(n, k, len(self.episodes), self.sft_batch_size, self.data_seed)
         dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
-        if self.trainer is not None and self.trainer.world_size > 1:
-            # Lightning re-creates a multi-process loader around a DistributedSampler, which shares
-            # out the epoch's steps by position: resuming there restarts the epoch (Lightning warns)
+        if self.trainer is not None and self.trainer.distributed_sampler_kwargs is not None:
+            # under a distributed strategy (DDP, FSDP2: on one process too) Lightning re-creates the
+            # loader around a DistributedSampler, which shares out the epoch's steps by position and
+            # cannot rebuild a StepLoader: resuming there restarts the epoch (Lightning warns)
             return self._loader(dataset, steps)
         return StepLoader(dataset, steps, lambda: self.trainer.global_step if self.trainer else 0, self.num_workers)
 

@@ -20,7 +20,7 @@ from transformers import DynamicCache
 
 from envace.data.batch import TokenBatch
 from envace.losses import gather_logprobs
-from envace.policy import model_config
+from envace.policy import cache_kwarg, model_config
 
 
 def selected_logprobs(model: Any, batch: TokenBatch, chunk_size: int = 512, temperature: float = 1.0) -> Tensor:
@@ -72,7 +72,7 @@ def prefix_shared_logprobs(
     """
     batch_size = batch.input_ids.shape[0]
     cache = DynamicCache(config=model_config(model))
-    model(input_ids=batch.input_ids[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1)
+    model(input_ids=batch.input_ids[:1, :prefix], **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
     shared = DynamicCache(
         ddp_cache_data=[
             (layer.keys.expand(batch_size, -1, -1, -1), layer.values.expand(batch_size, -1, -1, -1))  # type: ignore[union-attr]
@@ -89,7 +89,7 @@ def prefix_shared_logprobs(
     logits = model(
         input_ids=rest.input_ids,
         attention_mask=batch.attention_mask,  # prefix + rows: the mask covers the cached positions too
-        cache=shared,
+        **cache_kwarg(model, shared),
         use_cache=True,
         logits_to_keep=positions - 1,
     ).logits

@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from envace import hardware
-from envace.policy import model_config
+from envace.policy import cache_kwarg, model_config
 from envace.rollout.engine.batch import Batch, Row, join
 from envace.rollout.engine.kept import KeptKV
 from envace.rollout.engine.kv import KV, Layout, Part, batch_cache, batch_inputs, plain_layers
@@ -179,7 +179,7 @@ class GenerationEngine(Decoding):
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         logits = model(
             input_ids=ids[:, layout.cached :], attention_mask=mask, position_ids=positions[:, layout.cached :],
-            cache=cache, use_cache=True, logits_to_keep=1,
+            **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1,
         ).logits[:, -1].float()  # fmt: skip
         shared = len(unique) < len(prompts)
         if shared:
@@ -202,7 +202,8 @@ class GenerationEngine(Decoding):
         """One decoding step: feed every slot its last token, draw the next one for the live rows."""
         mask = torch.cat([run.mask, run.mask.new_ones(len(run.rows), 1)], dim=1)
         logits = model(
-            input_ids=run.token[:, None], attention_mask=mask, position_ids=run.pos[:, None], cache=run.cache,
+            input_ids=run.token[:, None], attention_mask=mask, position_ids=run.pos[:, None],
+            **cache_kwarg(model, run.cache),
             use_cache=True, logits_to_keep=1,
         ).logits[:, -1].float()  # fmt: skip
         run.mask, run.pos = mask, run.pos + 1
@@ -237,6 +238,7 @@ class GenerationEngine(Decoding):
     def _prefix_kv(self, model: Any, prefix: tuple[int, ...], device: torch.device) -> KV:
         """The keys and values of ``prefix`` (one row), prefilled."""
         cache = DynamicCache(config=model_config(model))
-        model(input_ids=torch.tensor([prefix], device=device), cache=cache, use_cache=True, logits_to_keep=1)
+        ids = torch.tensor([prefix], device=device)
+        model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
         self.stats.prefill_tokens += len(prefix)
         return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
