@@ -33,8 +33,8 @@ def test_eval_config_parses(config: Path) -> None:
     assert kw["benchmark"] == config.stem and kw["imagination"].mode == "parallel" and kw["imagination"].n == 4
 
 
-def test_names_of_the_four_configs() -> None:
-    assert [p.stem for p in CONFIGS] == ["bfcl", "finmcp", "tau2", "vitabench"]
+def test_names_of_the_five_configs() -> None:
+    assert [p.stem for p in CONFIGS] == ["bfcl", "finmcp", "shopworld", "tau2", "vitabench"]
 
 
 def test_sweep_outputs_and_determinism(tmp_path: Path) -> None:
