@@ -1,5 +1,5 @@
 """Agreement of the env-free BFCL multi-turn reward with bfcl-eval's official checker, on scripted
-gold perturbations rolled out against the real environment (scripts/reward_agreement.py at scale)."""
+gold perturbations rolled out against the real environment (studies/reward_agreement/reward_agreement.py at scale)."""
 
 from __future__ import annotations
 

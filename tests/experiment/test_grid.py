@@ -105,13 +105,22 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
     assert listed.returncode == 0 and listed.stdout.count("done") == 10
 
 
-@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu", "bfcl_cpu_tune", "bfcl_cpu_tune2", "bfcl_cpu_v2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bfcl_arms/bfcl_cpu",
+        "bfcl_arms/bfcl_gpu",
+        "recipe_search/bfcl_cpu_tune",
+        "recipe_search/bfcl_cpu_tune2",
+        "bfcl_arms/bfcl_cpu_v2",
+    ],
+)
 def test_the_experiment_configs_parse_unit_by_unit(name: str) -> None:
     """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU; every
     variant of the recipe search)."""
     from envace.cli import lightning_cli
 
-    cfg = load_config(str(ROOT / f"configs/experiments/{name}.yaml"))
+    cfg = load_config(str(ROOT / f"studies/{name}.yaml"))
     grid = units(cfg)
     assert len(grid) == 2 + 2 * len(cfg.arms) * len(cfg.seeds)
     before = os.getcwd()

@@ -10,7 +10,7 @@ gold calls in every API class), picked per category and API class (:func:`select
 each episode both ways (:func:`score_episode`: the reward, and the evaluation's own
 :func:`~envace.evaluation.bfcl.official_verdict`) and counts the 2x2 table (:func:`confusion`). It
 rolls episodes out, so it lives with the evaluation, not with the rewards (which run nothing).
-``scripts/reward_agreement.py`` runs the measurement; ``docs/rewards.md`` explains the disagreements.
+``studies/reward_agreement/reward_agreement.py`` runs the measurement; ``docs/rewards.md`` explains the disagreements.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """``envace experiment``: the paper's comparison as a resumable grid of units, and its report.
 
-    envace experiment --config configs/experiments/bfcl_cpu.yaml            # run what is not done, then report
-    envace experiment --config configs/experiments/bfcl_cpu.yaml --list     # the units and their status
-    envace experiment --config configs/experiments/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
-    envace experiment --config configs/experiments/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
-    envace experiment report docs/experiments/bfcl_cpu                      # the report from the result files
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml            # run what is not done, then report
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --list     # the units and their status
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
+    envace experiment --config studies/bfcl_arms/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
+    envace experiment report studies/bfcl_arms/bfcl_cpu                      # the report from the result files
 
 The grid (:mod:`~envace.experiment.grid`): one grounded warm start shared by every arm, arms × seeds
 of ordinary ``envace fit`` runs from it, and an evaluation of every policy (:mod:`~envace.experiment.evaluate`).
 Every finished unit writes a small result file in the results folder (kept in the repository);
 checkpoints and logs live in the work folder (the cache). A second invocation skips what is done.
 A grid with ``policies_from`` evaluates another experiment's policies, under ``evaluation.drift``
-(``configs/experiments/bfcl_cpu_drift.yaml``); its report is :mod:`~envace.experiment.drift_report`.
+(``studies/bfcl_arms/bfcl_cpu_drift.yaml``); its report is :mod:`~envace.experiment.drift_report`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="envace experiment", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--config", required=True, help="the experiment config (configs/experiments/*.yaml)")
+    parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")

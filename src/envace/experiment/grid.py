@@ -232,7 +232,7 @@ class ExperimentConfig:
 
     @property
     def results_dir(self) -> Path:
-        return Path(self.results or f"docs/experiments/{self.name}")
+        return Path(self.results or f"studies/{self.name}")
 
     @property
     def work_dir(self) -> Path:
