@@ -146,7 +146,8 @@ def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) 
     """An arm ``<overlay>+<variant>`` runs its overlay with the variant's arguments after the shared
     ones; the recipe's arguments reach every run and not the warm start; an unknown variant,
     reference arm or evaluation limit is refused by name."""
-    from envace.experiment.grid import EvalSpec, ExperimentConfig
+    from envace.experiment.evalspec import EvalSpec
+    from envace.experiment.grid import ExperimentConfig
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env+slow"], fit_args=["--a", "1"],
                            variants={"slow": ["--a", "2"]}, reference_arm="real_env+slow")  # fmt: skip
@@ -214,7 +215,8 @@ def test_bad_rehearsal_seeds_are_a_one_line_error(tmp_path: Path, evaluation: di
 
 
 def test_rehearsal_seeds_are_recorded_in_experiment_json() -> None:
-    from envace.experiment.grid import EvalSpec, ExperimentConfig
+    from envace.experiment.evalspec import EvalSpec
+    from envace.experiment.grid import ExperimentConfig
 
     some = ExperimentConfig("x", "b.yaml", ["envace"], seeds=[0, 1, 2], evaluation=EvalSpec(rehearsal_seeds=[0]))
     meta = some.metadata()
@@ -235,7 +237,7 @@ def test_a_run_outside_rehearsal_seeds_is_evaluated_with_none_only(
     import envace.evaluation
     import envace.evaluation.policies
     from envace.experiment import evaluate as unit_eval
-    from envace.experiment.grid import setting_label
+    from envace.experiment.evalspec import setting_label
 
     cfg = load_config(str(tiny_grid(tmp_path)))
     spec = dataclasses.replace(cfg.evaluation, reimagine=[0, 1], rehearsal_seeds=[0])
@@ -272,7 +274,7 @@ def test_the_evaluation_samples_as_evaluation_sampling_says(tmp_path: Path, monk
     import envace.evaluation
     import envace.evaluation.policies
     from envace.experiment import evaluate as unit_eval
-    from envace.experiment.grid import EvalSpec
+    from envace.experiment.evalspec import EvalSpec
 
     cfg = load_config(str(tiny_grid(tmp_path)))
     spec = dataclasses.replace(cfg.evaluation, sampling={"engine": "vllm", "top_p": 0.9})

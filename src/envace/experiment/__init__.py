@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, find_unit, load_config, units
+from envace.experiment.evalspec import EvalSpec
+from envace.experiment.grid import ExperimentConfig, Unit, find_unit, load_config, units
 
 __all__ = ["EvalSpec", "ExperimentConfig", "Unit", "load_config", "main", "units"]
 
@@ -37,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("usage: envace experiment report <results folder>")
         print(write_report(Path(args[1])))
         return 0
-    parser = argparse.ArgumentParser(prog="envace experiment", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="envace experiment", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
@@ -104,7 +106,10 @@ def _write_metadata(cfg: ExperimentConfig) -> None:
         from envace.experiment.grid import source_config
 
         source = source_config(cfg)
-        meta["policies_from"] = {"name": source.name, "config": cfg.policies_from,
-                                 "results": os.path.relpath(source.results_dir, folder)}  # fmt: skip
+        meta["policies_from"] = {
+            "name": source.name,
+            "config": cfg.policies_from,
+            "results": os.path.relpath(source.results_dir, folder),
+        }
         meta.update(task_classes(source.evaluation))
     (folder / "experiment.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -23,12 +23,12 @@ from envace.experiment.hypotheses import (
     family_count,
     fmt,
     format_interval,
-    judge,
     limit_shares,
     markdown_table,
     rehearsal_success,
     success,
 )
+from envace.experiment.judge import judge
 from envace.experiment.results import (
     WARM,
     Results,
@@ -88,7 +88,7 @@ def _header(results: Results) -> list[str]:
             "units read",
             f"warm start {int(results.warm_start is not None)}, runs {len(results.runs)}, "
             f"evaluations {len(results.evals)}",
-        ],  # fmt: skip
+        ],
         ["units missing", ", ".join(_missing_units(results)) or "none"],
         ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
         ["code (git commit: units)", code_cell(results)],

@@ -34,7 +34,7 @@ class Experiment:
     reference_arm: str
     splits: list[str]
     settings: list[str]
-    hypotheses: dict[str, Any]
+    hypotheses: list[Any]  #: the declarations :mod:`~envace.experiment.judge` judges
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ class Results:
 
 
 def _experiment(f: Fields) -> Experiment:
-    hypotheses = f.obj.get("hypotheses") or {}
-    if not isinstance(hypotheses, dict):
-        raise f.error("hypotheses", f"must be an object, got {type(hypotheses).__name__}")
+    hypotheses = f.obj.get("hypotheses") or []
+    if not isinstance(hypotheses, list):
+        raise f.error("hypotheses", f"must be a list of declarations, got {type(hypotheses).__name__}")
     return Experiment(
         name=f.text("name"),
         arms=f.array("arms", lambda v: isinstance(v, str), "a string"),
