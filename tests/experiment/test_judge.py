@@ -133,3 +133,11 @@ def test_an_experiment_config_records_its_declarations_and_rejects_wrong_ones(tm
     config.write_text("name: g\nbase: configs/smoke.yaml\narms: [envace]\nhypotheses: [{name: H, statement: s}]\n")
     with pytest.raises(ValueError, match=r"grid.yaml: hypotheses\[0\]: a hypothesis needs name, statement and compare"):
         load_config(str(config))
+
+
+def test_a_grid_without_declarations_says_so(tmp_path: Path) -> None:
+    from envace.experiment.report import render_report
+
+    text = render_report(load_results(make_grid(tmp_path / "exp", hypotheses=[])), n_boot=100)
+    verdicts = text.split("## Verdicts")[1].split("##")[0]
+    assert "No hypotheses declared" in verdicts and "**H1**" not in verdicts

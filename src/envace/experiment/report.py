@@ -282,6 +282,8 @@ def _coverage(results: Results) -> str:
 
 def _verdict_section(results: Results, boot: Boot) -> list[str]:
     lines = ["## Verdicts", ""]
+    if not results.experiment.hypotheses:
+        lines.append("No hypotheses declared (`hypotheses:` in the experiment config; docs/experiment.md).")
     for v in judge(results, boot):
         evidence = f" {v.evidence}." if v.evidence else ""
         lines.append(f"- **{v.name}** ({v.statement}): **{v.verdict}**.{evidence} *Rule:* {v.rule}.")
