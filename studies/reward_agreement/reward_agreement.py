@@ -8,7 +8,7 @@
     .venv/bin/python studies/reward_agreement/reward_agreement.py --per_category 1 --kinds '[extra_write_after]'
 
 Episodes: (a) for ``per_category`` tasks of each BFCL multi-turn category and each perturbation kind
-(:data:`envace.evaluation.agreement.KINDS`; the extra-write kinds that many per API class), the gold with
+(`agreement.KINDS`; the extra-write kinds that many per API class), the gold with
 one perturbation, written by a scripted engine into the ordinary rollout loop with the ``RealEnvironment``
 responder; (b) ``model_tasks x group_size``
 episodes written by the packaged SmolLM2-135M (compact tools, tasks cut to ``max_user_turns``). Each is
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonargparse
+from agreement import COUNTS, KINDS, PROBES, Row, confusion, run_scripted, score_episode, select
 
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, load_multi_turn
-from envace.evaluation.agreement import COUNTS, KINDS, PROBES, Row, confusion, run_scripted, score_episode, select
 from envace.policy import load_tokenizer
 from envace.protocol.render import HermesFormat
 from envace.types import Task
@@ -114,8 +114,8 @@ def main(
         per_category: scripted episodes per perturbation kind and category (each on its own task), per
             API class for the extra-write kinds; the run's size and time scale with it.
         seed: seeds the task draw, the perturbation picks and the model's sampling.
-        kinds: the perturbation kinds to run (default: all of :data:`~envace.evaluation.agreement.KINDS`).
-        probes: also run :data:`~envace.evaluation.agreement.PROBES` (known, documented differences).
+        kinds: the perturbation kinds to run (default: all of `agreement.KINDS`).
+        probes: also run `agreement.PROBES` (known, documented differences).
         model_tasks: tasks the packaged SmolLM2 attempts (0: scripted episodes only).
         group_size: SmolLM2 episodes per task.
         max_user_turns: SmolLM2 tasks are cut to their first turns (gold and checker ground truth alike).

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 from collections import Counter
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,14 +17,17 @@ import pytest
 from envace._bfcl import bfcl_module
 from envace.data.sources.bfcl import load_multi_turn
 from envace.envs.bfcl import BFCLEnvironment
-from envace.evaluation.agreement import _rounds, confusion, run_scripted, select, write_classes
 from envace.evaluation.bfcl import official_verdict
-from envace.evaluation.perturb import BY_CLASS, CLASS_KINDS, KINDS, Perturbation, _changes_state, perturb
-from envace.evaluation.perturb_calls import READ_ONLY
 from envace.protocol.render import HermesFormat
 from envace.rewards.bfcl import calls_equivalent, tool_classes
 from envace.rewards.bfcl_effects import ordered
 from envace.types import Message, Task, ToolCall
+
+# the study's harness lives with the study (studies/reward_agreement/), imported as its script imports it
+sys.path.insert(0, str(Path(__file__).parents[2] / "studies" / "reward_agreement"))
+from agreement import _rounds, confusion, run_scripted, select, write_classes  # noqa: E402
+from perturb import BY_CLASS, CLASS_KINDS, KINDS, Perturbation, _changes_state, perturb  # noqa: E402
+from perturb_calls import READ_ONLY  # noqa: E402
 
 FMT = HermesFormat(tool_style="compact")
 

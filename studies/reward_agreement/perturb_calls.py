@@ -1,4 +1,4 @@
-"""One gold call edited, for the agreement study's perturbations (:mod:`envace.evaluation.perturb`).
+"""One gold call edited, for the agreement study's perturbations (`perturb`).
 
 Argument values changed (:func:`_arg_edits`: another value of the type, a dropped argument, a case
 or number edit, another value the gold or BFCL's enum descriptions allow, a float for an

@@ -3,7 +3,7 @@
 The reward (:func:`envace.rewards.bfcl_turns.bfcl_multi_turn`) compares calls with the gold; the
 official checker executes both and compares the API instances' states and the execution results
 after each turn. This study harness takes episodes whose calls are the gold with one
-:func:`~envace.evaluation.perturb.perturb`-ation (:data:`KINDS`: argument edits, dropped, swapped,
+`perturb.perturb`-ation (:data:`KINDS`: argument edits, dropped, swapped,
 moved, repeated and extra calls, extra writes with other arguments before, between and after the
 gold calls in every API class), picked per category and API class (:func:`select`), written by
 :class:`ScriptEngine` into the ordinary rollout loop (so a real environment executes them), scores
@@ -20,9 +20,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from perturb import CLASS_KINDS, KINDS, PER_CLASS, PROBES, Perturbation, Script, perturb
+from perturb_calls import _valid
+
 from envace.evaluation.bfcl import official_verdict
-from envace.evaluation.perturb import CLASS_KINDS, KINDS, PER_CLASS, PROBES, Perturbation, Script, perturb
-from envace.evaluation.perturb_calls import _valid
 from envace.rewards.bfcl_effects import UNCALLED, public
 from envace.rewards.bfcl_effects_table import EFFECTS
 from envace.rewards.bfcl_turns import bfcl_multi_turn
@@ -30,7 +31,7 @@ from envace.rollout.engine import Request, Sample
 from envace.rollout.reference import ScriptedEngine, calls_once_per_turn
 from envace.types import Message, Task
 
-#: the study's API, with the perturbation kinds it runs (defined in :mod:`envace.evaluation.perturb`)
+#: the study's API, with the perturbation kinds it runs (defined in `perturb`)
 __all__ = [
     "COUNTS",
     "KINDS",
@@ -182,7 +183,7 @@ def write_classes() -> list[str]:
 
 def _classes(kind: str) -> list[str]:
     """The API classes a kind is drawn per: those with writes for :data:`PER_CLASS`, every class for
-    :data:`~envace.evaluation.perturb_class.CLASS_KINDS`, none (``[""]``) for the rest."""
+    `perturb_class.CLASS_KINDS`, none (``[""]``) for the rest."""
     if kind in CLASS_KINDS:
         return sorted(set(EFFECTS) | set(UNCALLED))
     return write_classes() if kind in PER_CLASS else [""]

@@ -18,7 +18,8 @@ Each edit is kept only where the call still fits the task's tool schemas.
 
 from __future__ import annotations
 
-from envace.evaluation.perturb_calls import _owner, _props, _valid, _visible, _writes_state
+from perturb_calls import _owner, _props, _valid, _visible, _writes_state
+
 from envace.types import Task, ToolCall
 
 Script = list[list[ToolCall]]

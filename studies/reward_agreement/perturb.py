@@ -1,7 +1,7 @@
 """The agreement study's perturbations: the gold of a BFCL multi-turn task with one change.
 
 :func:`perturb` draws one edit of a kind (:data:`KINDS`; :data:`PROBES` for known differences):
-a gold call edited (:mod:`envace.evaluation.perturb_calls`), dropped, duplicated, swapped or moved
+a gold call edited (`perturb_calls`), dropped, duplicated, swapped or moved
 to another turn, a turn's calls written twice, or a call added: a read-only one, or a write with
 other arguments before, between or after the gold calls, kept only when it changes the compared
 state where it runs (:func:`_changes_state` executes the script in the real environment to decide;
@@ -14,8 +14,7 @@ import copy
 import random
 from dataclasses import dataclass
 
-from envace.data.sources.bfcl import call_string
-from envace.evaluation.perturb_calls import (
+from perturb_calls import (
     ARG_KINDS,
     _arg_edits,
     _equivalents,
@@ -28,7 +27,9 @@ from envace.evaluation.perturb_calls import (
     _visible,
     _writes_state,
 )
-from envace.evaluation.perturb_class import CLASS_KINDS, class_edits
+from perturb_class import CLASS_KINDS, class_edits
+
+from envace.data.sources.bfcl import call_string
 from envace.rewards.bfcl import calls_equivalent
 from envace.types import Task, ToolCall
 
