@@ -432,8 +432,8 @@ def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, mon
     from types import SimpleNamespace
 
     import envace.hardware
-    from envace.experiment import runner
     from envace.experiment.grid import WARM, ExperimentConfig, write_result
+    from envace.experiment.machine import pin_numerics
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
                            work=str(tmp_path / "w"))  # fmt: skip
@@ -441,19 +441,19 @@ def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, mon
     monkeypatch.setenv("ENVACE_BF16", "auto")  # detect (and restored after the test)
     native = SimpleNamespace(cpu_bf16=True, reason="avx512_bf16 present")
     monkeypatch.setattr(envace.hardware, "capability", lambda: native)
-    runner.pin_numerics(cfg)  # no warm start yet: nothing to follow
+    pin_numerics(cfg)  # no warm start yet: nothing to follow
     assert os.environ["ENVACE_BF16"] == "auto"
 
     write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": False}})
-    runner.pin_numerics(cfg)
+    pin_numerics(cfg)
     assert os.environ["ENVACE_BF16"] == "none"
 
     monkeypatch.setenv("ENVACE_BF16", "native")
     with pytest.raises(ValueError, match="warm start computed in fp32.*ENVACE_BF16=none"):
-        runner.pin_numerics(cfg)
+        pin_numerics(cfg)
 
     monkeypatch.setenv("ENVACE_BF16", "auto")
     write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": True}})
     monkeypatch.setattr(envace.hardware, "capability", lambda: SimpleNamespace(cpu_bf16=False, reason="AVX2"))
     with pytest.raises(ValueError, match="warm start computed in bf16.*ENVACE_BF16=native"):
-        runner.pin_numerics(cfg)
+        pin_numerics(cfg)

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     from envace.experiment import runner
 
     if opts.list:
-        print(runner.listing(cfg))
+        from envace.experiment.status import listing
+
+        print(listing(cfg))
         return 0
     _write_metadata(cfg)
     if opts.release:
@@ -77,11 +79,12 @@ def _release(cfg: ExperimentConfig, only: str | None = None) -> int:
 
     from envace.experiment import release, runner
     from envace.experiment.grid import is_done, result_path
+    from envace.experiment.machine import pin_numerics
 
     chosen = [u for u in release.released(cfg) if only in (None, u.key)]
     if not chosen:
         raise ValueError(f"{cfg.name}: {only or 'no unit'} is not released (release_seeds: {cfg.release_seeds})")
-    runner.pin_numerics(cfg)
+    pin_numerics(cfg)
     for unit in chosen:
         folder = release.release_dir(cfg, unit)
         if not is_done(cfg, unit) or release.is_released(cfg, unit):

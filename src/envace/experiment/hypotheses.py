@@ -13,13 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envace.data.pools import family_of
-from envace.experiment.results import Item, Results, item_values, paired_item_values
+from envace.experiment.results import NONE, Item, PerTask, Results, item_values, paired_item_values
 from envace.experiment.stats import cluster_bootstrap, paired_difference
 
-NONE = "none"
 Interval = tuple[float, float, float]
 Diff = tuple[float, float, float, int]
-PerTask = dict[str, list[float]]  # task key -> one value per seed
 
 
 def families(keys: Iterable[str]) -> dict[str, str]:
@@ -135,3 +133,13 @@ def best_gain(results: Results, arm: str, boot: Boot) -> tuple[str, Diff] | None
         if diff is not None and (best is None or diff[0] > best[1][0]):
             best = (setting, diff)
     return best
+
+
+def code_cell(results: Results) -> str:
+    """The report's code row: each git commit the units ran and how many ran it."""
+    return ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"
+
+
+def pauses_cell(results: Results) -> str:
+    """The report's pauses row: every entry of ``pauses.json`` with the seconds left out and why."""
+    return "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items())) or "none"
