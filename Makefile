@@ -38,8 +38,8 @@ fit: install
 
 # ruff, mypy, and the package's shape: no import cycle, no module over 400 lines, rewards/ apart.
 lint: install
-	$(BIN)/ruff check src tests scripts
-	$(BIN)/ruff format --check src tests scripts
+	$(BIN)/ruff check src tests scripts studies
+	$(BIN)/ruff format --check src tests scripts studies
 	$(BIN)/mypy
 	$(BIN)/python scripts/code_shape.py
 

@@ -6,7 +6,7 @@
 # checkpoint when the driver is started again. Heavy jobs share one lock (ENVACE_LOCK), so a test
 # run or a benchmark that takes it waits for the unit in flight, and the unit for it.
 #
-#   scripts/grid_driver.sh configs/experiments/bfcl_cpu_v2.yaml <commit> [unit ...]
+#   scripts/grid_driver.sh studies/bfcl_arms/bfcl_cpu_v2.yaml <commit> [unit ...]
 #
 # Without units: every unit `--list` shows as not done, in its order. The worktree is
 # ../grid-<experiment name>, beside this checkout; the checkout's .venv runs it (PYTHONPATH=src).
@@ -16,7 +16,7 @@ shift 2
 main=$(git rev-parse --show-toplevel)
 cd "$main"
 name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
-results=$(python3 -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c.get('results') or 'docs/experiments/' + c['name'])" "$config")
+results=$(python3 -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c.get('results') or 'studies/' + c['name'])" "$config")
 lock=${ENVACE_LOCK:-/tmp/envace-heavy.lock}
 tree="$main/../grid-$name"
 [ -d "$tree" ] || git worktree add --detach "$tree" "$commit"

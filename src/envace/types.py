@@ -20,6 +20,9 @@ ROLE_IDS: dict[str, int] = {"context": 0, "act": 1, "rehearse": 2}
 
 ToolSchema = dict[str, Any]
 JSON = Any
+#: the limits that can end an episode, as ``Episode.flags`` and the result files record them
+TRUNCATED, MAX_STEPS, MAX_EPISODE_TOKENS = "truncated", "max_steps", "max_episode_tokens"
+END_FLAGS = (TRUNCATED, MAX_STEPS, MAX_EPISODE_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,16 @@ def is_error(response: JSON) -> bool:
     (True, False, False)
     """
     return isinstance(response, dict) and "error" in response
+
+
+@dataclass
+class FidelityPair:
+    """A rehearsed response and the real one, for the same call in the same state."""
+
+    call: ToolCall
+    rehearsed: JSON
+    real: JSON
+    benchmark: str
 
 
 @dataclass

@@ -71,13 +71,16 @@ def test_versions_and_git(tmp_path: Path) -> None:
     assert here is None or (len(here["commit"]) == 40 and isinstance(here["dirty"], bool))
     repo = tmp_path / "repo"
     (repo / "docs" / "experiments").mkdir(parents=True)
+    (repo / "studies" / "s").mkdir(parents=True)
     run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
     run("init", "-q")
     (repo / "code.py").write_text("x = 1\n")
     (repo / "docs" / "experiments" / "experiment.json").write_text("{}\n")
+    (repo / "studies" / "s" / "experiment.json").write_text("{}\n")
     run("add", ".")
     run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
-    (repo / "docs" / "experiments" / "experiment.json").write_text('{"arms": []}\n')  # a grid writes its results
+    (repo / "docs" / "experiments" / "experiment.json").write_text('{"arms": []}\n')  # a grid writes its weights
+    (repo / "studies" / "s" / "experiment.json").write_text('{"arms": []}\n')  # and its results
     assert git_commit(repo / "docs")["dirty"] is False
     (repo / "code.py").write_text("x = 2\n")  # the code changed
     assert git_commit(repo / "docs")["dirty"] is True

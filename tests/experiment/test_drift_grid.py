@@ -33,7 +33,7 @@ def _old_units(arms: list[str], seeds: list[int]) -> list[Unit]:
 
 
 def test_the_cpu_grid_is_exactly_unchanged() -> None:
-    cfg = load_config(str(ROOT / "configs/experiments/bfcl_cpu.yaml"))
+    cfg = load_config(str(ROOT / "studies/bfcl_arms/bfcl_cpu.yaml"))
     grid = units(cfg)
     assert grid == _old_units(["envace", "real_env", "simulator", "sft_only"], [0, 1, 2])
     assert [u.policy for u in grid if u.kind == "eval"] == ["warm_start"] + [
@@ -45,7 +45,7 @@ def test_the_cpu_grid_is_exactly_unchanged() -> None:
 
 
 def test_the_drift_grid_evaluates_the_cpu_grids_policies_and_trains_nothing() -> None:
-    cfg = load_config(str(ROOT / "configs/experiments/bfcl_cpu_drift.yaml"))
+    cfg = load_config(str(ROOT / "studies/bfcl_arms/bfcl_cpu_drift.yaml"))
     grid = units(cfg)
     policies = ["warm_start", "envace-s0", "real_env-s0", "simulator-s0", "sft_only-s0"]
     assert len(grid) == 12 * 5 and {u.kind for u in grid} == {"eval"} and all(u.needs == () for u in grid)
@@ -56,7 +56,9 @@ def test_the_drift_grid_evaluates_the_cpu_grids_policies_and_trains_nothing() ->
     assert meta["drift"][:3] == ["none", "rename_keys/documented", "rename_keys/silent"] and len(meta["drift"]) == 12
 
 
-@pytest.mark.parametrize("config", sorted((ROOT / "configs/experiments").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "config", [p for p in sorted(ROOT.glob("studies/*/*.yaml")) if p.name != "hypotheses.yaml"], ids=lambda p: p.stem
+)
 def test_every_experiment_config_loads(config: Path) -> None:
     text = config.read_text()
     assert text.startswith("#") and "envace experiment --config" in text.split("\nname:")[0]
@@ -77,7 +79,7 @@ def test_every_experiment_config_loads(config: Path) -> None:
 )
 def test_a_bad_drift_grid_is_a_one_line_error(tmp_path: Path, evaluation: dict, extra: dict, why: str) -> None:
     raw = {"name": "bad", "base": "configs/bfcl.yaml", "arms": ["envace"], "evaluation": evaluation,
-           "policies_from": "configs/experiments/bfcl_cpu.yaml", **extra}  # fmt: skip
+           "policies_from": "studies/bfcl_arms/bfcl_cpu.yaml", **extra}  # fmt: skip
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ValueError, match=why) as info:
@@ -172,7 +174,7 @@ def test_the_drift_report_from_files_whose_truth_the_test_sets(tmp_path: Path) -
 
 
 def test_the_drift_report_counts_the_attempts_a_limit_ended(tmp_path: Path) -> None:
-    """The budget fix's before/after (configs/experiments/bfcl_cpu_budget.yaml) is a drift-less grid of
+    """The budget fix's before/after (studies/recipe_search/bfcl_cpu_budget.yaml) is a drift-less grid of
     another experiment's policies: its report must say how many committed and imagined attempts a limit
     ended, per setting, from the items' flags (files without flags: —)."""
     from envace.experiment.drift_report import write_drift_report

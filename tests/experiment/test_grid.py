@@ -105,13 +105,22 @@ def test_a_tiny_grid_runs_is_killed_resumes_and_reports_from_its_files(tmp_path:
     assert listed.returncode == 0 and listed.stdout.count("done") == 10
 
 
-@pytest.mark.parametrize("name", ["bfcl_cpu", "bfcl_gpu", "bfcl_cpu_tune", "bfcl_cpu_tune2", "bfcl_cpu_v2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bfcl_arms/bfcl_cpu",
+        "bfcl_arms/bfcl_gpu",
+        "recipe_search/bfcl_cpu_tune",
+        "recipe_search/bfcl_cpu_tune2",
+        "bfcl_arms/bfcl_cpu_v2",
+    ],
+)
 def test_the_experiment_configs_parse_unit_by_unit(name: str) -> None:
     """Every fit unit of the shipped grids parses through the CLI (the GPU grid too, on a CPU; every
     variant of the recipe search)."""
     from envace.cli import lightning_cli
 
-    cfg = load_config(str(ROOT / f"configs/experiments/{name}.yaml"))
+    cfg = load_config(str(ROOT / f"studies/{name}.yaml"))
     grid = units(cfg)
     assert len(grid) == 2 + 2 * len(cfg.arms) * len(cfg.seeds)
     before = os.getcwd()
@@ -137,7 +146,8 @@ def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) 
     """An arm ``<overlay>+<variant>`` runs its overlay with the variant's arguments after the shared
     ones; the recipe's arguments reach every run and not the warm start; an unknown variant,
     reference arm or evaluation limit is refused by name."""
-    from envace.experiment.grid import EvalSpec, ExperimentConfig
+    from envace.experiment.evalspec import EvalSpec
+    from envace.experiment.grid import ExperimentConfig
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["real_env+slow"], fit_args=["--a", "1"],
                            variants={"slow": ["--a", "2"]}, reference_arm="real_env+slow")  # fmt: skip
@@ -205,7 +215,8 @@ def test_bad_rehearsal_seeds_are_a_one_line_error(tmp_path: Path, evaluation: di
 
 
 def test_rehearsal_seeds_are_recorded_in_experiment_json() -> None:
-    from envace.experiment.grid import EvalSpec, ExperimentConfig
+    from envace.experiment.evalspec import EvalSpec
+    from envace.experiment.grid import ExperimentConfig
 
     some = ExperimentConfig("x", "b.yaml", ["envace"], seeds=[0, 1, 2], evaluation=EvalSpec(rehearsal_seeds=[0]))
     meta = some.metadata()
@@ -226,7 +237,7 @@ def test_a_run_outside_rehearsal_seeds_is_evaluated_with_none_only(
     import envace.evaluation
     import envace.evaluation.policies
     from envace.experiment import evaluate as unit_eval
-    from envace.experiment.grid import setting_label
+    from envace.experiment.evalspec import setting_label
 
     cfg = load_config(str(tiny_grid(tmp_path)))
     spec = dataclasses.replace(cfg.evaluation, reimagine=[0, 1], rehearsal_seeds=[0])
@@ -263,7 +274,7 @@ def test_the_evaluation_samples_as_evaluation_sampling_says(tmp_path: Path, monk
     import envace.evaluation
     import envace.evaluation.policies
     from envace.experiment import evaluate as unit_eval
-    from envace.experiment.grid import EvalSpec
+    from envace.experiment.evalspec import EvalSpec
 
     cfg = load_config(str(tiny_grid(tmp_path)))
     spec = dataclasses.replace(cfg.evaluation, sampling={"engine": "vllm", "top_p": 0.9})
@@ -421,8 +432,8 @@ def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, mon
     from types import SimpleNamespace
 
     import envace.hardware
-    from envace.experiment import runner
     from envace.experiment.grid import WARM, ExperimentConfig, write_result
+    from envace.experiment.machine import pin_numerics
 
     cfg = ExperimentConfig("x", "configs/bfcl.yaml", ["envace"], results=str(tmp_path / "r"),
                            work=str(tmp_path / "w"))  # fmt: skip
@@ -430,19 +441,19 @@ def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, mon
     monkeypatch.setenv("ENVACE_BF16", "auto")  # detect (and restored after the test)
     native = SimpleNamespace(cpu_bf16=True, reason="avx512_bf16 present")
     monkeypatch.setattr(envace.hardware, "capability", lambda: native)
-    runner.pin_numerics(cfg)  # no warm start yet: nothing to follow
+    pin_numerics(cfg)  # no warm start yet: nothing to follow
     assert os.environ["ENVACE_BF16"] == "auto"
 
     write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": False}})
-    runner.pin_numerics(cfg)
+    pin_numerics(cfg)
     assert os.environ["ENVACE_BF16"] == "none"
 
     monkeypatch.setenv("ENVACE_BF16", "native")
     with pytest.raises(ValueError, match="warm start computed in fp32.*ENVACE_BF16=none"):
-        runner.pin_numerics(cfg)
+        pin_numerics(cfg)
 
     monkeypatch.setenv("ENVACE_BF16", "auto")
     write_result(cfg, warm, {"unit": WARM, "machine": {"cpu_bf16": True}})
     monkeypatch.setattr(envace.hardware, "capability", lambda: SimpleNamespace(cpu_bf16=False, reason="AVX2"))
     with pytest.raises(ValueError, match="warm start computed in bf16.*ENVACE_BF16=native"):
-        runner.pin_numerics(cfg)
+        pin_numerics(cfg)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from envace.experiment.figures import curve_tags, mean_curve
 from envace.experiment.hypotheses import families, format_interval
@@ -31,6 +32,7 @@ SETTINGS = ("none", "parallel@2")
 N_TASKS = 10
 N_BOOT = 500
 RATES = {"warm_start": 0.3, "envace": 0.8, "real_env": 0.2, "sft_only": 0.5, "simulator": 0.4}
+BFCL_HYPOTHESES = yaml.safe_load((Path(__file__).parents[2] / "studies/bfcl_arms/hypotheses.yaml").read_text())
 FIDELITY = {"warm_start": 0.6, "envace": 0.65, "real_env": 0.4, "sft_only": 0.55, "simulator": 0.5}
 
 
@@ -132,6 +134,7 @@ def make_grid(
     env_calls: dict[str, int] | None = None,
     seeds: tuple[int, ...] = SEEDS,
     rehearsal_seeds: tuple[int, ...] | None = None,
+    hypotheses: list[Any] | None = None,
 ) -> Path:
     """Write experiment.json and units/*.json of a grid whose truth is set by the arguments.
 
@@ -144,6 +147,7 @@ def make_grid(
         env_calls: environment calls of each run of an arm during RL (default: 0 for envace, 40 for the rest).
         seeds: the grid's seeds.
         rehearsal_seeds: the seeds whose runs are evaluated with ``parallel@2`` (the others with none only).
+        hypotheses: the declarations judged (default: the paper's H1–H4, ``studies/bfcl_arms/hypotheses.yaml``).
     """
     rates = {**RATES, **(rates or {})}
     offsets = offsets or {}
@@ -159,6 +163,7 @@ def make_grid(
             "splits": list(SPLITS),
             "settings": list(SETTINGS),
             **({} if rehearsal_seeds is None else {"rehearsal_seeds": list(rehearsal_seeds)}),
+            "hypotheses": BFCL_HYPOTHESES if hypotheses is None else hypotheses,
         },
     )
     _write(
@@ -171,8 +176,10 @@ def make_grid(
             calls = (env_calls or {}).get(arm, 0 if arm == "envace" else 40)
             rehearses = rehearsal_seeds is None or seed in rehearsal_seeds
             _write(units / f"run-{arm}-s{seed}.json", _run(arm, seed, calls))
-            _write(units / f"eval-{arm}-s{seed}.json",
-                   _eval(arm, seed, rates, rehearsal or {}, offsets.get(arm, 0), rehearses))  # fmt: skip
+            _write(
+                units / f"eval-{arm}-s{seed}.json",
+                _eval(arm, seed, rates, rehearsal or {}, offsets.get(arm, 0), rehearses),
+            )
     return folder
 
 

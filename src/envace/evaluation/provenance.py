@@ -98,13 +98,12 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 def git_commit(where: Path | None = None) -> dict[str, Any] | None:
     """The commit of the git tree holding ``where`` (default: this package's source) and whether
-    tracked files other than experiment results (``docs/experiments``, which a running grid writes)
-    differ from it; ``None`` outside a git tree or without git (each call bounded)."""
+    tracked files other than experiment results (``studies/``, and the weights in ``docs/experiments``,
+    which a running grid writes) differ from it; ``None`` outside a git tree or without git (each call bounded)."""
     cwd = where or Path(__file__).resolve().parent
     commit = _git(["rev-parse", "HEAD"], cwd)
     if not commit:
         return None
-    status = _git(
-        ["status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)docs/experiments"], cwd
-    )
+    results = [":(top,exclude)docs/experiments", ":(top,exclude)studies"]
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ":(top)", *results], cwd)
     return {"commit": commit, "dirty": bool(status) if status is not None else None}

@@ -41,7 +41,7 @@ from envace.rewards.base import RewardOutput
 from envace.rollout import Episode, SamplingConfig, make_engine
 from envace.rollout.loop import UserHook, scripted_user
 from envace.rollout.responders import Responder, ToolTurn
-from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
+from envace.types import JSON, MAX_STEPS, Task, ToolCall, ToolSchema, is_error
 
 DOMAINS = ("airline", "retail", "telecom")
 SOLO_DOMAINS = ("telecom",)  # tau2's solo mode needs a ticket; only telecom's tasks have one
@@ -185,7 +185,7 @@ def tau2_score(episode: Episode) -> RewardOutput:
     if episode.user_stop == "max_user_turns":
         early.append("max_user_turns")
     if early:
-        return RewardOutput(0.0, False, {"termination": "max_steps", "limits": early})
+        return RewardOutput(0.0, False, {"termination": MAX_STEPS, "limits": early})
     messages = tau2_messages(episode)
     task = episode.task
     info = solo_reward(task, messages) if task.extra.get("solo") else official_reward(task, messages)

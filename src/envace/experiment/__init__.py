@@ -1,17 +1,17 @@
 """``envace experiment``: the paper's comparison as a resumable grid of units, and its report.
 
-    envace experiment --config configs/experiments/bfcl_cpu.yaml            # run what is not done, then report
-    envace experiment --config configs/experiments/bfcl_cpu.yaml --list     # the units and their status
-    envace experiment --config configs/experiments/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
-    envace experiment --config configs/experiments/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
-    envace experiment report docs/experiments/bfcl_cpu                      # the report from the result files
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml            # run what is not done, then report
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --list     # the units and their status
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
+    envace experiment --config studies/bfcl_arms/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
+    envace experiment report studies/bfcl_arms/bfcl_cpu                      # the report from the result files
 
 The grid (:mod:`~envace.experiment.grid`): one grounded warm start shared by every arm, arms × seeds
 of ordinary ``envace fit`` runs from it, and an evaluation of every policy (:mod:`~envace.experiment.evaluate`).
 Every finished unit writes a small result file in the results folder (kept in the repository);
 checkpoints and logs live in the work folder (the cache). A second invocation skips what is done.
 A grid with ``policies_from`` evaluates another experiment's policies, under ``evaluation.drift``
-(``configs/experiments/bfcl_cpu_drift.yaml``); its report is :mod:`~envace.experiment.drift_report`.
+(``studies/bfcl_arms/bfcl_cpu_drift.yaml``); its report is :mod:`~envace.experiment.drift_report`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, find_unit, load_config, units
+from envace.experiment.evalspec import EvalSpec
+from envace.experiment.grid import ExperimentConfig, Unit, find_unit, load_config, units
 
 __all__ = ["EvalSpec", "ExperimentConfig", "Unit", "load_config", "main", "units"]
 
@@ -37,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("usage: envace experiment report <results folder>")
         print(write_report(Path(args[1])))
         return 0
-    parser = argparse.ArgumentParser(prog="envace experiment", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--config", required=True, help="the experiment config (configs/experiments/*.yaml)")
+    parser = argparse.ArgumentParser(
+        prog="envace experiment", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
@@ -50,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     from envace.experiment import runner
 
     if opts.list:
-        print(runner.listing(cfg))
+        from envace.experiment.status import listing
+
+        print(listing(cfg))
         return 0
     _write_metadata(cfg)
     if opts.release:
@@ -75,11 +79,12 @@ def _release(cfg: ExperimentConfig, only: str | None = None) -> int:
 
     from envace.experiment import release, runner
     from envace.experiment.grid import is_done, result_path
+    from envace.experiment.machine import pin_numerics
 
     chosen = [u for u in release.released(cfg) if only in (None, u.key)]
     if not chosen:
         raise ValueError(f"{cfg.name}: {only or 'no unit'} is not released (release_seeds: {cfg.release_seeds})")
-    runner.pin_numerics(cfg)
+    pin_numerics(cfg)
     for unit in chosen:
         folder = release.release_dir(cfg, unit)
         if not is_done(cfg, unit) or release.is_released(cfg, unit):
@@ -104,7 +109,10 @@ def _write_metadata(cfg: ExperimentConfig) -> None:
         from envace.experiment.grid import source_config
 
         source = source_config(cfg)
-        meta["policies_from"] = {"name": source.name, "config": cfg.policies_from,
-                                 "results": os.path.relpath(source.results_dir, folder)}  # fmt: skip
+        meta["policies_from"] = {
+            "name": source.name,
+            "config": cfg.policies_from,
+            "results": os.path.relpath(source.results_dir, folder),
+        }
         meta.update(task_classes(source.evaluation))
     (folder / "experiment.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
-from envace.experiment.hypotheses import Boot, format_interval, limit_shares, markdown_table
+from envace.experiment.hypotheses import Boot, code_cell, format_interval, limit_shares, markdown_table, pauses_cell
 from envace.experiment.results import (
     WARM,
     Results,
-    code_cell,
     evals_of,
     fidelity_values,
     item_values,
     load_results,
-    pauses_cell,
 )
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
@@ -83,8 +81,9 @@ def _policies(arms: list[str]) -> list[tuple[str, str]]:
     return [("warm start", WARM)] + [(arm, arm) for arm in arms]
 
 
-def _pooled_gain(results: Results, arms: list[str], drifts: list[str], metric: str, mitigated: str, base: str,
-                 boot: Boot) -> tuple[float, float, float, int, int] | None:  # fmt: skip
+def _pooled_gain(
+    results: Results, arms: list[str], drifts: list[str], metric: str, mitigated: str, base: str, boot: Boot
+) -> tuple[float, float, float, int, int] | None:
     """``mitigated − base`` over several policies and drifts, clustered by task: a task's (policy, drift)
     cells are one unit of the bootstrap (the same task under eleven drifts is nearly one episode eleven
     times, not eleven samples). Each cell is the paired difference of its seed means; the result is
@@ -109,13 +108,18 @@ def _header(results: Results, grid: DriftGrid, source: Results | None) -> list[s
     missing = [f"eval-{p}-{d.replace('/', '-')}" for d in grid.drifts for p in names if (p, d) not in have]
     seconds = sum(e.seconds for e in results.evals)
     origin = f"`{grid.source['name']}` (`{grid.source['results']}`)" if grid.source else "this grid's own runs"
-    rows = [["policies evaluated", f"warm start, {', '.join(exp.arms)} × seeds {', '.join(map(str, exp.seeds))}"],
-            ["trained by", origin], ["drifts", ", ".join(grid.drifts)], ["settings", ", ".join(exp.settings)],
-            ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
-            ["units read", str(len(results.evals))], ["units missing", ", ".join(missing) or "none"],
-            ["code (git commit: units)", code_cell(results)],
-            ["compute (sum of unit seconds, less pauses)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"],
-            ["pauses (pauses.json)", pauses_cell(results)]]  # fmt: skip
+    rows = [
+        ["policies evaluated", f"warm start, {', '.join(exp.arms)} × seeds {', '.join(map(str, exp.seeds))}"],
+        ["trained by", origin],
+        ["drifts", ", ".join(grid.drifts)],
+        ["settings", ", ".join(exp.settings)],
+        ["splits (evaluated tasks)", ", ".join(f"{s} ({counts.get(s, 0)})" for s in exp.splits)],
+        ["units read", str(len(results.evals))],
+        ["units missing", ", ".join(missing) or "none"],
+        ["code (git commit: units)", code_cell(results)],
+        ["compute (sum of unit seconds, less pauses)", f"{seconds:.1f} s ({seconds / 3600:.2f} h)"],
+        ["pauses (pauses.json)", pauses_cell(results)],
+    ]
     rows.append(["minimum detectable difference (success, one policy, a drift against none)", _mdd(results)])
     if source is not None:
         rows.append(["no drift, setting none: verdicts equal to the trained grid's", _agreement(results, source)])
@@ -127,8 +131,9 @@ def _mdd(results: Results) -> str:
     :func:`minimum_detectable_difference` at the policies' mean success without drift (setting ``none``)
     and at 0.5, with this grid's tasks and seeds."""
     exp = results.experiment
-    base = [v for arm in [WARM, *exp.arms] for vs in item_values(results, arm, "success", exp.splits).values()
-            for v in vs]  # fmt: skip
+    base = [
+        v for arm in [WARM, *exp.arms] for vs in item_values(results, arm, "success", exp.splits).values() for v in vs
+    ]
     n = sum(counts_of(results).get(s, 0) for s in exp.splits)
     if not base or n == 0:
         return "—"
@@ -140,10 +145,20 @@ def _mdd(results: Results) -> str:
 def _agreement(results: Results, source: Results) -> str:
     """Items of this grid (no drift, setting ``none``) whose official verdict equals the source's on the
     same policy and task: the same weights and code give the same verdict."""
-    theirs = {(e.policy, it.split, it.task_id): it.success for e in source.evals if e.drift == NONE
-              for it in e.items if it.setting == NONE}  # fmt: skip
-    pairs = [(it.success, theirs[(e.policy, it.split, it.task_id)]) for e in results.evals if e.drift == NONE
-             for it in e.items if it.setting == NONE and (e.policy, it.split, it.task_id) in theirs]  # fmt: skip
+    theirs = {
+        (e.policy, it.split, it.task_id): it.success
+        for e in source.evals
+        if e.drift == NONE
+        for it in e.items
+        if it.setting == NONE
+    }
+    pairs = [
+        (it.success, theirs[(e.policy, it.split, it.task_id)])
+        for e in results.evals
+        if e.drift == NONE
+        for it in e.items
+        if it.setting == NONE and (e.policy, it.split, it.task_id) in theirs
+    ]
     return f"{sum(a == b for a, b in pairs)} of {len(pairs)} items" if pairs else "no shared item"
 
 
@@ -153,24 +168,39 @@ def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]
     for label, arm in _policies(exp.arms):
         base = item_values(results, arm, "success", splits, NONE, NONE)
         for d in grid.drifts:
-            cells = [format_interval(boot.mean(item_values(results, arm, "success", splits, s, d)))
-                     for s in exp.settings]  # fmt: skip
+            cells = [
+                format_interval(boot.mean(item_values(results, arm, "success", splits, s, d))) for s in exp.settings
+            ]
             plain = item_values(results, arm, "success", splits, NONE, d)
             change = "—" if d == NONE else format_interval(boot.diff(plain, base))
-            ended = [limit_shares([it for e in evals_of(results, arm, d) for it in e.items if it.setting == s])
-                     for s in exp.settings]  # fmt: skip
+            ended = [
+                limit_shares([it for e in evals_of(results, arm, d) for it in e.items if it.setting == s])
+                for s in exp.settings
+            ]
             rows.append([label, *_kind_mode(d), *cells, change, *ended])
-    header = ["policy", "drift", "mode", *(f"success {s}" for s in exp.settings), "Δ none vs no drift",
-              *(f"ended by a limit {s}" for s in exp.settings)]  # fmt: skip
-    return ["## Held-out success under drift", "",
-            "Official success (bfcl-eval's checker on the canonical calls of the committed episode against the "
-            "drifted real environment) pooled over the splits, per setting (`none`: N = 0; `mode@N`: N private "
-            "rehearsals per user turn; `+reimagine<k>`: with the mitigation). Each cell is `mean [lo, hi]`: the "
-            f"mean over tasks of the per-task mean over seeds, with a {boot.n_boot}-replicate 95% bootstrap interval "
-            f"(tasks, then seeds within each; generator seed {boot.seed}). Δ: success under the drift − without, "
-            "setting `none`, paired by task. Ended by a limit: committed attempts / imagined attempts that a rollout "
-            "limit ended (`max_steps`, `max_episode_tokens`, `truncated`, ...), of those recorded (— in files "
-            "without flags).", "", *markdown_table(header, rows), ""]  # fmt: skip
+    header = [
+        "policy",
+        "drift",
+        "mode",
+        *(f"success {s}" for s in exp.settings),
+        "Δ none vs no drift",
+        *(f"ended by a limit {s}" for s in exp.settings),
+    ]
+    return [
+        "## Held-out success under drift",
+        "",
+        "Official success (bfcl-eval's checker on the canonical calls of the committed episode against the "
+        "drifted real environment) pooled over the splits, per setting (`none`: N = 0; `mode@N`: N private "
+        "rehearsals per user turn; `+reimagine<k>`: with the mitigation). Each cell is `mean [lo, hi]`: the "
+        f"mean over tasks of the per-task mean over seeds, with a {boot.n_boot}-replicate 95% bootstrap interval "
+        f"(tasks, then seeds within each; generator seed {boot.seed}). Δ: success under the drift − without, "
+        "setting `none`, paired by task. Ended by a limit: committed attempts / imagined attempts that a rollout "
+        "limit ended (`max_steps`, `max_episode_tokens`, `truncated`, ...), of those recorded (— in files "
+        "without flags).",
+        "",
+        *markdown_table(header, rows),
+        "",
+    ]
 
 
 def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
@@ -179,21 +209,36 @@ def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str
     rows = []
     for label, arm in _policies(exp.arms):
         for d in grid.drifts:
-            cells = [format_interval(boot.mean(fidelity_values(results, arm, exp.splits, m, d)))
-                     for m in ("value_f1", "key_f1")]  # fmt: skip
+            cells = [
+                format_interval(boot.mean(fidelity_values(results, arm, exp.splits, m, d)))
+                for m in ("value_f1", "key_f1")
+            ]
             for s in imagined:
-                cells += [format_interval(boot.mean(item_values(results, arm, f"imagined_{m}", exp.splits, s, d)))
-                          for m in ("value_f1", "key_f1")]  # fmt: skip
+                cells += [
+                    format_interval(boot.mean(item_values(results, arm, f"imagined_{m}", exp.splits, s, d)))
+                    for m in ("value_f1", "key_f1")
+                ]
             rows.append([label, *_kind_mode(d), *cells])
-    header = ["policy", "drift", "mode", "gold value_f1 (N = 0)", "gold key_f1 (N = 0)",
-              *(f"{s} imagined {m}" for s in imagined for m in ("value_f1", "key_f1"))]  # fmt: skip
-    return ["## Rehearsal fidelity under drift", "",
-            "N = 0: the policy's rehearsal of the gold calls (the oracle acts, the policy writes every response, the "
-            "drifted environment answers in lockstep). N > 0: the imagination against the committed episode: each "
-            "committed call's real (drifted) response against the response the latest imagination before it "
-            "rehearsed for that tool (its arguments first); calls never rehearsed are left out. key_f1 measures the "
-            "shape (drift renames, nests and adds keys), value_f1 the values.", "",
-            *markdown_table(header, rows), ""]  # fmt: skip
+    header = [
+        "policy",
+        "drift",
+        "mode",
+        "gold value_f1 (N = 0)",
+        "gold key_f1 (N = 0)",
+        *(f"{s} imagined {m}" for s in imagined for m in ("value_f1", "key_f1")),
+    ]
+    return [
+        "## Rehearsal fidelity under drift",
+        "",
+        "N = 0: the policy's rehearsal of the gold calls (the oracle acts, the policy writes every response, the "
+        "drifted environment answers in lockstep). N > 0: the imagination against the committed episode: each "
+        "committed call's real (drifted) response against the response the latest imagination before it "
+        "rehearsed for that tool (its arguments first); calls never rehearsed are left out. key_f1 measures the "
+        "shape (drift renames, nests and adds keys), value_f1 the values.",
+        "",
+        *markdown_table(header, rows),
+        "",
+    ]
 
 
 def _mitigation_pairs(settings: list[str]) -> list[tuple[str, str]]:
@@ -222,16 +267,22 @@ def _mitigation_section(results: Results, grid: DriftGrid, boot: Boot) -> list[s
         overall = _pooled_gain(results, everyone, drifted, "success", mitigated, base, boot)
         verdicts.append(f"- **{mitigated} against {base}**, under drift, every policy: {_keep(overall)}.")
     header = ["policy", "drift", "mode", "settings", "success gain", "imagined key_f1 gain"]
-    return [*title,
-            "The mitigation (`ImaginationConfig.reimagine`): once an act step's calls are answered, if a real response "
-            "has a shape the latest imagined attempts did not rehearse for its tool (other keys, an error, another "
-            "type), the rest of the turn is imagined again from the committed context, which now holds the real "
-            "responses. Gain = mitigated − not, paired by (policy, drift, task); the interval resamples task families "
-            "(a BFCL scenario's categories together), then the (policy, drift) cells of each (a task's cells are one "
-            "cluster: the same task under every drift is nearly the same episode again). The verdict rests on the "
-            "pooled success gain under drift: kept only if "
-            "its interval lies above 0.", "",
-            *markdown_table(header, rows), "", *verdicts, ""]  # fmt: skip
+    return [
+        *title,
+        "The mitigation (`ImaginationConfig.reimagine`): once an act step's calls are answered, if a real response "
+        "has a shape the latest imagined attempts did not rehearse for its tool (other keys, an error, another "
+        "type), the rest of the turn is imagined again from the committed context, which now holds the real "
+        "responses. Gain = mitigated − not, paired by (policy, drift, task); the interval resamples task families "
+        "(a BFCL scenario's categories together), then the (policy, drift) cells of each (a task's cells are one "
+        "cluster: the same task under every drift is nearly the same episode again). The verdict rests on the "
+        "pooled success gain under drift: kept only if "
+        "its interval lies above 0.",
+        "",
+        *markdown_table(header, rows),
+        "",
+        *verdicts,
+        "",
+    ]
 
 
 def _keep(gain: tuple[float, float, float, int, int] | None) -> str:
@@ -255,36 +306,46 @@ def _unseen_section(grid: DriftGrid, source: Results | None, boot: Boot) -> list
     test = {label: item_values(source, arm, "success", ["test"]) for label, arm in policies}
     keys = sorted({k for v in test.values() for k in v})
     unknown = [k for k in keys if k not in grid.task_classes]
-    classes = sorted({c for k in keys for c in grid.task_classes.get(k, [])},
-                     key=lambda c: (c in grid.train_classes, c))  # fmt: skip
+    classes = sorted(
+        {c for k in keys for c in grid.task_classes.get(k, [])}, key=lambda c: (c in grid.train_classes, c)
+    )
     rows = []
     for c in classes:
         members = {k for k in keys if c in grid.task_classes.get(k, [])}
-        cells = [format_interval(boot.mean({k: v for k, v in test[label].items() if k in members}))
-                 for label, _ in policies]  # fmt: skip
+        cells = [
+            format_interval(boot.mean({k: v for k, v in test[label].items() if k in members})) for label, _ in policies
+        ]
         rows.append([c, "yes" if c not in grid.train_classes else "no", str(len(members)), *cells])
     val = {label: item_values(source, arm, "success", ["val"]) for label, arm in policies}
     for name, split in (("test: all", test), ("val: training classes", val)):
         n = len({k for v in split.values() for k in v})
         rows.append([name, "—", str(n), *(format_interval(boot.mean(split[label])) for label, _ in policies)])
     note = f" {len(unknown)} evaluated task(s) had no recorded classes and are left out." if unknown else ""
-    return [*title,
-            f"From the evaluations of `{exp.name}` (no drift, setting `none`, its seeds): official success on its "
-            "`test` split, the scenarios that involve an API class never trained on, per class (a task counts in "
-            "every class it involves; held out = not among the training classes "
-            f"{', '.join(grid.train_classes) or '—'}), beside its `val` split (unseen scenarios of the training "
-            f"classes).{note}", "",
-            *markdown_table(["API class", "held out", "tasks", *(label for label, _ in policies)], rows),
-            ""]  # fmt: skip
+    return [
+        *title,
+        f"From the evaluations of `{exp.name}` (no drift, setting `none`, its seeds): official success on its "
+        "`test` split, the scenarios that involve an API class never trained on, per class (a task counts in "
+        "every class it involves; held out = not among the training classes "
+        f"{', '.join(grid.train_classes) or '—'}), beside its `val` split (unseen scenarios of the training "
+        f"classes).{note}",
+        "",
+        *markdown_table(["API class", "held out", "tasks", *(label for label, _ in policies)], rows),
+        "",
+    ]
 
 
-def render_drift_report(results: Results, grid: DriftGrid, source: Results | None, n_boot: int = 2000,
-                        seed: int = 0) -> str:  # fmt: skip
+def render_drift_report(
+    results: Results, grid: DriftGrid, source: Results | None, n_boot: int = 2000, seed: int = 0
+) -> str:
     """The markdown text of a drift experiment's ``report.md``: a function of its inputs only."""
     boot = Boot(n_boot, seed)
-    sections = [_header(results, grid, source), _success_section(results, grid, boot),
-                _fidelity_section(results, grid, boot), _mitigation_section(results, grid, boot),
-                _unseen_section(grid, source, boot)]  # fmt: skip
+    sections = [
+        _header(results, grid, source),
+        _success_section(results, grid, boot),
+        _fidelity_section(results, grid, boot),
+        _mitigation_section(results, grid, boot),
+        _unseen_section(grid, source, boot),
+    ]
     return "\n".join(line for section in sections for line in section).rstrip("\n") + "\n"
 
 

@@ -33,7 +33,8 @@ from envace.data.pools import spread
 from envace.data.sources import SourceSpec
 from envace.data.sources.bfcl import TRAIN_CLASSES
 from envace.envs import drifted_task
-from envace.experiment.grid import EvalSpec, ExperimentConfig, Unit, drift_entries, setting_label
+from envace.experiment.evalspec import EvalSpec, drift_entries, setting_label
+from envace.experiment.grid import ExperimentConfig, Unit
 from envace.metrics.fidelity import score_pair
 from envace.protocol.tokens import PieceEncoder
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig, make_engine

@@ -21,145 +21,11 @@ from typing import Any
 
 import yaml
 
-from envace.envs import DriftSpec
+from envace.experiment.evalspec import EvalSpec, drift_entries, setting_label
 from envace.paths import cache_dir
-from envace.rollout.engine.sampling import SamplingConfig
-from envace.rollout.loop import RolloutLimits
 
 KINDS = ("warm_start", "run", "eval")
 WARM = "warm_start"
-NO_DRIFT = "none"
-
-
-@dataclass
-class EvalSpec:
-    """How every policy of the grid is evaluated: held-out BFCL multi-turn tasks, committed against the
-    real environment and scored by bfcl-eval's official checker, with and without private rehearsal.
-
-    Args:
-        splits: ``val`` (unseen scenarios of the training API classes) and ``test`` (unseen classes),
-            reported apart.
-        categories: BFCL multi-turn categories.
-        max_user_turns: cut every task to its first user turns (the training episodes' length).
-        max_prompt_tokens: keep the tasks whose prompt fits (as training's ``val_max_prompt_tokens``).
-        tasks_per_split: at most this many tasks per split, spread over the split (``None``: all).
-        n_values: private-rehearsal attempts per committed turn (0: plain execution).
-        modes: private-rehearsal modes for every ``n > 0`` (``parallel``, ``sequential``).
-        temperature: sampling temperature of the evaluation (0: greedy).
-        batch_tasks: tasks whose episodes generate together.
-        drift: drifts of the real environment, one evaluation unit per policy each: ``none`` (no
-            drift) or ``{kinds: [...], mode: documented|silent, seed: 0}`` (docs/drift.md); empty: no
-            drift axis (one unit per policy).
-        reimagine: the drift mitigation for every ``n > 0`` setting (setting ``<mode>@<n>+reimagine<k>``):
-            0, none; k, the rest of a user turn imagined again, at most k times, after a real response
-            the rehearsal did not foresee (``ImaginationConfig.reimagine``).
-        limits: the evaluation's episode limits over the base config's (``RolloutLimits`` fields),
-            e.g. ``{max_steps_per_turn: 20}``, bfcl-eval's own step limit: a training limit of 2
-            force-terminates every turn that needs two calls and a closing answer.
-        rehearsal_seeds: the seeds whose runs are also evaluated with ``n > 0`` (the warm start always
-            is; a run of another seed, with ``none`` only: a rehearsal setting costs 2-3 plain ones);
-            ``None``: every seed. Seeds of the experiment's ``seeds``; ``n_values`` must hold 0.
-        sampling: the evaluation's sampler over the base config's (``SamplingConfig`` fields but
-            ``temperature``), e.g. ``{engine: vllm, vllm: {dtype: bfloat16}}``: the evaluation reads the
-            base config, not ``fit_args``, so a grid whose runs sample on vLLM says so here too.
-    """
-
-    splits: list[str] = field(default_factory=lambda: ["val", "test"])
-    categories: list[str] = field(default_factory=lambda: ["multi_turn_base"])
-    max_user_turns: int = 1
-    max_prompt_tokens: int | None = 1300
-    tasks_per_split: int | None = None
-    n_values: list[int] = field(default_factory=lambda: [0, 2])
-    modes: list[str] = field(default_factory=lambda: ["parallel", "sequential"])
-    temperature: float = 0.0
-    batch_tasks: int = 16
-    drift: list[Any] = field(default_factory=list)
-    reimagine: list[int] = field(default_factory=lambda: [0])
-    limits: dict[str, Any] = field(default_factory=dict)
-    sampling: dict[str, Any] = field(default_factory=dict)
-    rehearsal_seeds: list[int] | None = None
-
-    def __post_init__(self) -> None:
-        labels = [label for label, _ in drift_entries(self)]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"evaluation.drift names a drift twice: {', '.join(labels)}")
-        bad = [r for r in self.reimagine if not isinstance(r, int) or isinstance(r, bool) or r < 0]
-        if bad or not self.reimagine or len(set(self.reimagine)) != len(self.reimagine):
-            raise ValueError(f"evaluation.reimagine must list distinct integers >= 0, got {self.reimagine}")
-        known = {f.name for f in dataclasses.fields(RolloutLimits)}
-        unknown = sorted(set(self.limits) - known)
-        if unknown:
-            raise ValueError(f"evaluation.limits: unknown limit {unknown[0]!r} (limits: {', '.join(sorted(known))})")
-        known = {f.name for f in dataclasses.fields(SamplingConfig)} - {"temperature"}
-        unknown = sorted(set(self.sampling) - known)
-        if unknown:
-            raise ValueError(f"evaluation.sampling: unknown or fixed field {unknown[0]!r} (temperature is "
-                             f"evaluation.temperature; fields: {', '.join(sorted(known))})")  # fmt: skip
-        if self.rehearsal_seeds is not None:
-            _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
-
-    def settings(self, seed: int | None = None) -> list[tuple[str, int, int]]:
-        """``(mode, n, reimagine)`` of every setting a policy of ``seed`` is evaluated under, plain execution
-        first (``None``, the warm start: every setting; a seed not in ``rehearsal_seeds``: ``none`` only).
-
-        >>> spec = EvalSpec(n_values=[0, 2], modes=["parallel"], rehearsal_seeds=[0])
-        >>> spec.settings(), spec.settings(0), spec.settings(1)
-        ([('none', 0, 0), ('parallel', 2, 0)], [('none', 0, 0), ('parallel', 2, 0)], [('none', 0, 0)])
-        """
-        out = [("none", 0, 0)] if any(n <= 0 for n in self.n_values) else []
-        if seed is not None and self.rehearsal_seeds is not None and seed not in self.rehearsal_seeds:
-            return out
-        return out + [
-            (m, n, r) for n in sorted(set(self.n_values)) if n > 0 for m in self.modes for r in self.reimagine
-        ]
-
-
-def _check_rehearsal_seeds(seeds: Any, n_values: list[int]) -> None:
-    ints = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-    if not ints or not seeds or len(set(seeds)) < len(seeds):
-        raise ValueError(f"evaluation.rehearsal_seeds must list distinct seeds (null: every seed), got {seeds!r}")
-    if all(n > 0 for n in n_values):
-        raise ValueError(f"evaluation.rehearsal_seeds needs a 0 in n_values (the other seeds are evaluated with "
-                         f"none only), got n_values {n_values}")  # fmt: skip
-
-
-def setting_label(mode: str, n: int, reimagine: int = 0) -> str:
-    """An item's setting: ``none``, ``<mode>@<n>`` or ``<mode>@<n>+reimagine<k>``.
-
-    >>> setting_label("none", 0), setting_label("parallel", 2), setting_label("parallel", 2, 1)
-    ('none', 'parallel@2', 'parallel@2+reimagine1')
-    """
-    if n <= 0 or mode == "none":
-        return "none"
-    return f"{mode}@{n}" + (f"+reimagine{reimagine}" if reimagine else "")
-
-
-def drift_label(spec: DriftSpec | None) -> str:
-    """A drift's name in unit keys and reports: ``none``, or ``<kind>+<kind>/<mode>`` (``/seed<s>`` past 0).
-
-    >>> drift_label(None), drift_label(DriftSpec(("units", "rename_tool"), "silent", 2))
-    ('none', 'units+rename_tool/silent/seed2')
-    """
-    if spec is None:
-        return NO_DRIFT
-    return f"{'+'.join(spec.kinds)}/{spec.mode}" + (f"/seed{spec.seed}" if spec.seed else "")
-
-
-def drift_entries(spec: EvalSpec) -> list[tuple[str, DriftSpec | None]]:
-    """``(label, spec)`` of every drift of ``spec.drift`` (``None`` for ``none``); a bad entry is a one-line error."""
-    out: list[tuple[str, DriftSpec | None]] = []
-    for i, entry in enumerate(spec.drift):
-        if entry in (NO_DRIFT, None):
-            out.append((NO_DRIFT, None))
-            continue
-        if not isinstance(entry, dict) or set(entry) - {"kinds", "mode", "seed"}:
-            raise ValueError(f"evaluation.drift[{i}]: expected 'none' or {{kinds: [...], mode: ..., seed: ...}}, "
-                             f"got {entry!r}")  # fmt: skip
-        kinds = entry.get("kinds") or []
-        drift = DriftSpec.parse(kinds if isinstance(kinds, str) else ",".join(map(str, kinds)),
-                                entry.get("mode", "documented"), entry.get("seed", 0))  # fmt: skip
-        out.append((drift_label(drift), drift))
-    return out
 
 
 @dataclass
@@ -190,6 +56,8 @@ class ExperimentConfig:
         reference_arm: the arm every other policy is compared with in the report.
         release_seeds: the seeds whose runs' final policies, and then the warm start's, are released
             beside the result files as bf16 peft adapter folders (:mod:`~envace.experiment.release`).
+        hypotheses: what the study predicts, judged in the report (:mod:`~envace.experiment.judge`):
+            a YAML file of declarations (``studies/bfcl_arms/hypotheses.yaml``) or the list itself.
     """
 
     name: str
@@ -208,6 +76,7 @@ class ExperimentConfig:
     variants: dict[str, list[str]] = field(default_factory=dict)
     reference_arm: str = "envace"
     release_seeds: list[int] = field(default_factory=list)
+    hypotheses: str | list[Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.arms or not self.seeds:
@@ -232,7 +101,7 @@ class ExperimentConfig:
 
     @property
     def results_dir(self) -> Path:
-        return Path(self.results or f"docs/experiments/{self.name}")
+        return Path(self.results or f"studies/{self.name}")
 
     @property
     def work_dir(self) -> Path:
@@ -252,13 +121,23 @@ class ExperimentConfig:
         """``experiment.json``: what the report needs to know of the grid."""
         ev = self.evaluation
         settings = ["none"] + [setting_label(*s) for s in ev.settings() if s[1] > 0]
-        meta = {"name": self.name, "arms": list(self.arms), "seeds": list(self.seeds),
-                "reference_arm": self.reference_arm, "splits": list(ev.splits), "settings": settings,
-                "config": asdict(self)}  # fmt: skip
+        meta = {
+            "name": self.name,
+            "arms": list(self.arms),
+            "seeds": list(self.seeds),
+            "reference_arm": self.reference_arm,
+            "splits": list(ev.splits),
+            "settings": settings,
+            "config": asdict(self),
+        }
         if ev.drift:
             meta["drift"] = [label for label, _ in drift_entries(ev)]
         if ev.rehearsal_seeds is not None:  # the runs of other seeds hold setting none only
             meta["rehearsal_seeds"] = list(ev.rehearsal_seeds)
+        if self.hypotheses is not None:
+            from envace.experiment.judge import load
+
+            meta["hypotheses"] = load(self.hypotheses)
         return meta
 
 
@@ -273,7 +152,8 @@ class Unit:
         arm: the run's arm (``warm_start`` for the warm start and its evaluation).
         seed: the run's seed (``None`` for the warm start).
         needs: the keys of the units whose results this one starts from (in this grid).
-        drift: the drift label of an ``eval`` unit of a drift axis (:func:`drift_label`), else ``None``.
+        drift: the drift label of an ``eval`` unit of a drift axis
+            (:func:`~envace.experiment.evalspec.drift_label`), else ``None``.
     """
 
     key: str
@@ -367,6 +247,13 @@ def load_config(path: str) -> ExperimentConfig:
         raise ValueError(f"{path}: {exc}") from exc
     if cfg.policies_from is not None:
         check_source(cfg, path)
+    if cfg.hypotheses is not None:
+        from envace.experiment.judge import load
+
+        try:
+            load(cfg.hypotheses)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
     return cfg
 
 

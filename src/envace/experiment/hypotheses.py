@@ -1,56 +1,23 @@
-"""The paper's hypotheses H1–H4, each judged from the result files by an explicit rule.
+"""What every number of a report rests on: task families, the bootstrap settings, the formats, and the
+per-task values a hypothesis compares (:mod:`~envace.experiment.judge` judges the declared ones).
 
-Every verdict is one of ``supported``, ``contradicted``, ``inconclusive at this scale`` (from
-:func:`~envace.experiment.stats.verdict` and the rule of the hypothesis) or ``not tested (...)`` when
-an arm it needs is not in the grid or has no evaluation yet. Success is the official checker's, with
-no rehearsal (setting ``none``), pooled over the grid's splits; differences are paired by task. H4's
-gains of a rehearsal setting over ``none`` are paired on task × seed cells: with ``evaluation.rehearsal_seeds``,
-``none`` on the seeds the setting was evaluated on.
+Success is the official checker's, with no rehearsal (setting ``none``), pooled over the grid's
+splits; differences are paired by task. Gains of a rehearsal setting over ``none`` are paired on
+task × seed cells: with ``evaluation.rehearsal_seeds``, ``none`` on the seeds the setting was
+evaluated on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from envace.data.pools import family_of
-from envace.experiment.results import WARM, Item, Results, evals_of, fidelity_values, item_values, paired_item_values
-from envace.experiment.stats import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    SUPPORTED,
-    cluster_bootstrap,
-    paired_difference,
-)
-from envace.experiment.stats import verdict as interval_verdict
-
-ENVACE, REAL_ENV, SIMULATOR, SFT_ONLY = "envace", "real_env", "simulator", "sft_only"
-CONTROL_ARMS = (REAL_ENV, SIMULATOR)  # arms whose RL does not train the rehearse role
-FIDELITY_TOLERANCE = 0.02  # H3: a fall of gold-call value_f1 smaller than this still "holds"
-NONE = "none"
-
-STATEMENTS = {
-    "H1": "envace ≥ real_env on held-out tasks, at zero environment calls during RL",
-    "H2": "envace > simulator and envace > sft_only",
-    "H3": "under task-only reward, envace's gold-call fidelity rises or holds from the warm start",
-    "H4": "private rehearsal helps envace and does not help the warm-start policy",
-}
-
-
-class Verdict(NamedTuple):
-    """One hypothesis: its statement, the verdict, the numbers it rests on and the rule applied."""
-
-    name: str
-    statement: str
-    verdict: str
-    evidence: str
-    rule: str
-
+from envace.experiment.results import NONE, Item, PerTask, Results, item_values, paired_item_values
+from envace.experiment.stats import cluster_bootstrap, paired_difference
 
 Interval = tuple[float, float, float]
 Diff = tuple[float, float, float, int]
-PerTask = dict[str, list[float]]  # task key -> one value per seed
 
 
 def families(keys: Iterable[str]) -> dict[str, str]:
@@ -154,69 +121,6 @@ def gain(results: Results, arm: str, setting: str, boot: Boot) -> Diff | None:
     return boot.diff(*rehearsal_success(results, arm, setting))
 
 
-def _statement(results: Results, name: str) -> str:
-    given = results.experiment.hypotheses.get(name)
-    if isinstance(given, dict):
-        given = given.get("statement")
-    return given if isinstance(given, str) else STATEMENTS[name]
-
-
-def _untested(results: Results, arms: tuple[str, ...]) -> str | None:
-    for arm in arms:
-        if arm != WARM and arm not in results.experiment.arms:
-            return f"not tested (arm {arm} not in the grid)"
-        if not evals_of(results, arm):
-            return f"not tested (no evaluation of {'the warm start' if arm == WARM else 'arm ' + arm} yet)"
-    return None
-
-
-def _diff_text(label: str, d: Diff) -> str:
-    return f"{label} = {format_interval(d)} over {d[3]} tasks"
-
-
-def _h1(results: Results, boot: Boot) -> tuple[str, str]:
-    d = boot.diff(success(results, ENVACE), success(results, REAL_ENV))
-    runs = [r for r in results.runs if r.arm == ENVACE]
-    if d is None or not runs:
-        return "not tested (no shared evaluated tasks or no envace run results)", ""
-    calls = ", ".join(f"s{r.seed}: {r.cost['env_calls']}" for r in runs)
-    evidence = f"{_diff_text('pooled success envace − real_env', d)}; envace env_calls per run: {calls}"
-    if any(r.cost["env_calls"] for r in runs):
-        return CONTRADICTED, evidence + " (the envace runs called the environment: not zero-call RL)"
-    return interval_verdict(d[1], d[2], "≥"), evidence
-
-
-def _h2(results: Results, boot: Boot) -> tuple[str, str]:
-    mine = success(results, ENVACE)
-    diffs = {arm: boot.diff(mine, success(results, arm)) for arm in (SIMULATOR, SFT_ONLY)}
-    found = {arm: d for arm, d in diffs.items() if d is not None}
-    if len(found) < len(diffs):
-        return "not tested (no evaluated tasks shared with envace)", ""
-    verdicts = [interval_verdict(d[1], d[2], ">") for d in found.values()]
-    evidence = "; ".join(_diff_text(f"pooled success envace − {arm}", d) for arm, d in found.items())
-    if CONTRADICTED in verdicts:
-        return CONTRADICTED, evidence
-    return (SUPPORTED if all(v == SUPPORTED for v in verdicts) else INCONCLUSIVE), evidence
-
-
-def _h3(results: Results, boot: Boot) -> tuple[str, str]:
-    splits = results.experiment.splits
-    warm = fidelity_values(results, WARM, splits)
-    d = boot.diff(fidelity_values(results, ENVACE, splits), warm)
-    if d is None:
-        return "not tested (no gold-call fidelity shared by envace and the warm start)", ""
-    controls = [a for a in CONTROL_ARMS if a in results.experiment.arms]
-    cd = {a: boot.diff(fidelity_values(results, a, splits), warm) for a in controls}
-    parts = [_diff_text("value_f1 envace − warm start", d)]
-    parts += [_diff_text(f"{a} − warm start", c) if c else f"{a}: no fidelity data" for a, c in cd.items()]
-    if not controls:
-        parts.append(f"no control arm ({', '.join(CONTROL_ARMS)}) in the grid: only the envace condition applies")
-    if d[2] < 0:
-        return CONTRADICTED, "; ".join(parts)
-    controls_fell = all(c is not None and c[2] < 0 for c in cd.values())
-    return (SUPPORTED if d[1] > -FIDELITY_TOLERANCE and controls_fell else INCONCLUSIVE), "; ".join(parts)
-
-
 def best_gain(results: Results, arm: str, boot: Boot) -> tuple[str, Diff] | None:
     """The rehearsal setting with the largest mean gain of pooled success over ``none`` for an arm, and its gain.
 
@@ -231,45 +135,11 @@ def best_gain(results: Results, arm: str, boot: Boot) -> tuple[str, Diff] | None
     return best
 
 
-def _h4(results: Results, boot: Boot) -> tuple[str, str]:
-    best = best_gain(results, ENVACE, boot)
-    if best is None:
-        return "not tested (no rehearsal setting besides none was evaluated for envace)", ""
-    setting, mine = best
-    warm = gain(results, WARM, setting, boot)
-    if warm is None:
-        return f"not tested (the warm start was not evaluated with {setting})", ""
-    evidence = f"{_diff_text(f'envace gain of {setting} over none', mine)}; {_diff_text('warm-start gain', warm)}"
-    if mine[2] < 0:
-        return CONTRADICTED, evidence
-    return (SUPPORTED if mine[1] > 0 and warm[1] <= 0 else INCONCLUSIVE), evidence
+def code_cell(results: Results) -> str:
+    """The report's code row: each git commit the units ran and how many ran it."""
+    return ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"
 
 
-_RULES = {
-    "H1": "supported if the interval of envace − real_env lies above 0 (lo > 0: '≥' is judged like '>'); contradicted "
-    "if hi < 0 or any envace run has env_calls > 0; otherwise inconclusive",
-    "H2": "supported if both differences have lo > 0; contradicted if either has hi < 0; otherwise inconclusive",
-    "H3": "contradicted (checked first) if envace − warm start has hi < 0; supported if its "
-    f"lo > −{FIDELITY_TOLERANCE} and every control arm in the grid ({', '.join(CONTROL_ARMS)}) has "
-    "(arm − warm start) hi < 0; otherwise inconclusive",
-    "H4": "the best setting is the one of largest mean gain for envace (chosen on the same data, so this favours "
-    "'supported'); supported if envace's gain has lo > 0 and the warm start's gain in that setting has lo ≤ 0; "
-    "contradicted if envace's gain has hi < 0; otherwise inconclusive",
-}
-_NEEDS = {"H1": (ENVACE, REAL_ENV), "H2": (ENVACE, SIMULATOR, SFT_ONLY), "H3": (ENVACE, WARM), "H4": (ENVACE, WARM)}
-_JUDGES = {"H1": _h1, "H2": _h2, "H3": _h3, "H4": _h4}
-
-
-def judge(results: Results, boot: Boot) -> list[Verdict]:
-    """The verdicts on H1–H4, in order.
-
-    Args:
-        results: the loaded results.
-        boot: the bootstrap settings of the report.
-    """
-    out = []
-    for name, judge_one in _JUDGES.items():
-        untested = _untested(results, _NEEDS[name])
-        outcome, evidence = (untested, "") if untested else judge_one(results, boot)
-        out.append(Verdict(name, _statement(results, name), outcome, evidence, _RULES[name]))
-    return out
+def pauses_cell(results: Results) -> str:
+    """The report's pauses row: every entry of ``pauses.json`` with the seconds left out and why."""
+    return "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items())) or "none"

@@ -20,24 +20,24 @@ from envace.experiment.hypotheses import (
     NONE,
     Boot,
     best_gain,
+    code_cell,
     family_count,
     fmt,
     format_interval,
-    judge,
     limit_shares,
     markdown_table,
+    pauses_cell,
     rehearsal_success,
     success,
 )
+from envace.experiment.judge import judge
 from envace.experiment.results import (
     WARM,
     Results,
-    code_cell,
     evals_of,
     fidelity_values,
     item_values,
     load_results,
-    pauses_cell,
     seeds_with,
     task_counts,
     task_keys,
@@ -88,7 +88,7 @@ def _header(results: Results) -> list[str]:
             "units read",
             f"warm start {int(results.warm_start is not None)}, runs {len(results.runs)}, "
             f"evaluations {len(results.evals)}",
-        ],  # fmt: skip
+        ],
         ["units missing", ", ".join(_missing_units(results)) or "none"],
         ["warm-start fingerprint", f"`{results.warm_start.fingerprint}`" if results.warm_start else "—"],
         ["code (git commit: units)", code_cell(results)],
@@ -282,6 +282,8 @@ def _coverage(results: Results) -> str:
 
 def _verdict_section(results: Results, boot: Boot) -> list[str]:
     lines = ["## Verdicts", ""]
+    if not results.experiment.hypotheses:
+        lines.append("No hypotheses declared (`hypotheses:` in the experiment config; docs/experiment.md).")
     for v in judge(results, boot):
         evidence = f" {v.evidence}." if v.evidence else ""
         lines.append(f"- **{v.name}** ({v.statement}): **{v.verdict}**.{evidence} *Rule:* {v.rule}.")

@@ -22,6 +22,8 @@ from envace.experiment.fields import Fields, is_int, is_number, read_json
 from envace.experiment.pauses import Pause, less_pause, read_pauses
 
 WARM = "warm_start"
+NONE = "none"  #: the setting without rehearsal, and the drift of an undrifted evaluation
+PerTask = dict[str, list[float]]  #: task key -> one value per seed
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Experiment:
     reference_arm: str
     splits: list[str]
     settings: list[str]
-    hypotheses: dict[str, Any]
+    hypotheses: list[Any]  #: the declarations :mod:`~envace.experiment.judge` judges
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,9 @@ class Results:
 
 
 def _experiment(f: Fields) -> Experiment:
-    hypotheses = f.obj.get("hypotheses") or {}
-    if not isinstance(hypotheses, dict):
-        raise f.error("hypotheses", f"must be an object, got {type(hypotheses).__name__}")
+    hypotheses = f.obj.get("hypotheses") or []
+    if not isinstance(hypotheses, list):
+        raise f.error("hypotheses", f"must be a list of declarations, got {type(hypotheses).__name__}")
     return Experiment(
         name=f.text("name"),
         arms=f.array("arms", lambda v: isinstance(v, str), "a string"),
@@ -338,9 +340,14 @@ def item_values(
 
 
 def paired_item_values(
-    results: Results, arm: str, metric: str, splits: Iterable[str], setting: str, baseline: str = "none",
-    drift: str = "none",
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:  # fmt: skip
+    results: Results,
+    arm: str,
+    metric: str,
+    splits: Iterable[str],
+    setting: str,
+    baseline: str = NONE,
+    drift: str = NONE,
+) -> tuple[PerTask, PerTask]:
     """:func:`item_values` of ``setting`` and of ``baseline`` on the task × seed cells both have, seeds in
     the same order: a setting evaluated on some seeds only (``evaluation.rehearsal_seeds``) is compared
     with its baseline on those seeds. Where every evaluation holds both, the two are :func:`item_values`'."""
@@ -388,13 +395,3 @@ def task_keys(results: Results) -> dict[str, set[str]]:
 def task_counts(results: Results) -> dict[str, int]:
     """Distinct evaluated tasks per split of the grid (over every evaluation and setting)."""
     return {s: len(ts) for s, ts in task_keys(results).items()}
-
-
-def code_cell(results: Results) -> str:
-    """The report's code row: each git commit the units ran and how many ran it."""
-    return ", ".join(f"`{c}`: {n}" for c, n in sorted(results.codes.items())) or "—"
-
-
-def pauses_cell(results: Results) -> str:
-    """The report's pauses row: every entry of ``pauses.json`` with the seconds left out and why."""
-    return "; ".join(f"{u}: {p.seconds:.0f} s left out ({p.why})" for u, p in sorted(results.pauses.items())) or "none"

@@ -33,7 +33,9 @@ from envace.experiment.grid import (
     units,
     write_result,
 )
+from envace.experiment.machine import machine, pin_numerics
 from envace.experiment.release import release_unit, released
+from envace.experiment.status import progress
 
 
 def unit_dir(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -51,16 +53,39 @@ def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     if unit.kind == "run":
         overlay, variant = cfg.run_args(unit.arm)
         configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{overlay}.yaml")]
-    out = [*configs, *cfg.fit_args, *variant,
-           "--trainer.logger.init_args.save_dir", str(cfg.work_dir),
-           "--trainer.logger.init_args.name", unit.key, "--trainer.logger.init_args.version", "fit"]  # fmt: skip
+    out = [
+        *configs,
+        *cfg.fit_args,
+        *variant,
+        "--trainer.logger.init_args.save_dir",
+        str(cfg.work_dir),
+        "--trainer.logger.init_args.name",
+        unit.key,
+        "--trainer.logger.init_args.version",
+        "fit",
+    ]
     if unit.kind == "warm_start":
         steps = str(cfg.warm_start_steps)
-        return out + ["--model.init_args.warm_start_steps", steps, "--trainer.max_steps", steps,
-                      "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]  # fmt: skip
-    out += ["--seed_everything", str(unit.seed), "--trainer.max_steps", str(cfg.rl_steps),
-            "--model.init_args.policy.checkpoint", str(last_checkpoint(cfg, "warm_start")),
-            "--model.init_args.warm_start_steps", "0"]  # fmt: skip
+        return out + [
+            "--model.init_args.warm_start_steps",
+            steps,
+            "--trainer.max_steps",
+            steps,
+            "--trainer.limit_val_batches",
+            "0",
+            "--trainer.num_sanity_val_steps",
+            "0",
+        ]
+    out += [
+        "--seed_everything",
+        str(unit.seed),
+        "--trainer.max_steps",
+        str(cfg.rl_steps),
+        "--model.init_args.policy.checkpoint",
+        str(last_checkpoint(cfg, "warm_start")),
+        "--model.init_args.warm_start_steps",
+        "0",
+    ]
     if cfg.val_every:
         return out + ["--trainer.val_check_interval", str(cfg.val_every)]
     return out + ["--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]
@@ -75,8 +100,10 @@ def check_base(cfg: ExperimentConfig) -> None:
     for cb in (text.get("trainer") or {}).get("callbacks") or []:
         checkpoints = isinstance(cb, dict) and str(cb.get("class_path", "")).endswith("ModelCheckpoint")
         if checkpoints and (cb.get("init_args") or {}).get("dirpath"):
-            raise ValueError(f"{cfg.base}: ModelCheckpoint sets dirpath; an experiment's base config must not "
-                                 "(each unit's checkpoints go to its own folder)")  # fmt: skip
+            raise ValueError(
+                f"{cfg.base}: ModelCheckpoint sets dirpath; an experiment's base config must not "
+                "(each unit's checkpoints go to its own folder)"
+            )
 
 
 def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
@@ -175,8 +202,13 @@ def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
     from envace.policy import read_checkpoint
 
     steps = int(read_checkpoint(str(last)).get("global_step", 0))
-    base = {"unit": unit.key, "kind": unit.kind, "seconds": round(spent_seconds(cfg, unit), 1), "steps": steps,
-            "fingerprint": fingerprint(last)}  # fmt: skip
+    base = {
+        "unit": unit.key,
+        "kind": unit.kind,
+        "seconds": round(spent_seconds(cfg, unit), 1),
+        "steps": steps,
+        "fingerprint": fingerprint(last),
+    }
     if unit.kind == "warm_start":
         return base
     scalars = event_scalars(unit_dir(cfg, unit) / "fit")
@@ -211,37 +243,6 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
     if unit in released(cfg):  # before its result file: a unit done is a unit released
         release_unit(cfg, unit, last_checkpoint(cfg, unit.key), result["fingerprint"])
     return write_result(cfg, unit, result)
-
-
-def machine() -> dict[str, Any]:
-    """The CPU a unit ran on and the kernels it chose: a grid spans machines, and its units' seconds and
-    numerics (bf16 or fp32) are only comparable where these agree."""
-    from envace.hardware import capability, cpu_model
-
-    return {"cpu": cpu_model(), **capability().as_dict()}
-
-
-def pin_numerics(cfg: ExperimentConfig) -> None:
-    """Compute in the precision the grid's warm start did (units in bf16 beside units in fp32 would
-    differ by their numerics as well as their arm): fp32 by ``ENVACE_BF16=none`` (slower on a bf16 CPU,
-    never wrong); a bf16 grid on a CPU without native bf16 (~100x slower) stops, in one line."""
-    from envace.hardware import ENV, capability, forced
-
-    warm = next((u for u in units(cfg) if u.kind == WARM), None)
-    if warm is None or not is_done(cfg, warm):
-        return
-    began = (json.loads(result_path(cfg, warm).read_text()).get("machine") or {}).get("cpu_bf16")
-    here = capability().cpu_bf16
-    if began is None or began == here:
-        return
-    if began or forced() is not None:
-        was, now, fix = ("bf16", "fp32", "native") if began else ("fp32", "bf16", "none")
-        raise ValueError(
-            f"{cfg.name}: its warm start computed in {was}, this process in {now} ({capability().reason}): run the "
-            f"grid's units on a CPU that computes as its warm start did, or set {ENV}={fix}"
-        )
-    os.environ[ENV] = "none"
-    print(f"[{cfg.name}] computing in fp32 as its warm start did ({ENV}=none; this CPU has native bf16)", flush=True)
 
 
 def kept_policy(cfg: ExperimentConfig, unit: Unit) -> Path:
@@ -303,8 +304,9 @@ def ensure_checkpoint(cfg: ExperimentConfig, unit: Unit) -> None:
     except ValueError as e:
         aside = last.with_name("rerun-other-weights.ckpt")
         last.replace(aside)
-        raise ValueError(f"{e}; the rerun's checkpoint is {aside}: restore the recorded one, or rerun what "
-                         "starts from it") from None  # fmt: skip
+        raise ValueError(
+            f"{e}; the rerun's checkpoint is {aside}: restore the recorded one, or rerun what starts from it"
+        ) from None
 
 
 def _check_weights(unit: Unit, checkpoint: Path, recorded: str | None, why: str) -> None:
@@ -329,17 +331,23 @@ def source_checkpoint(cfg: ExperimentConfig, unit: Unit) -> Path:
     key = WARM if unit.arm == WARM else f"run-{unit.arm}-s{unit.seed}"
     trained = next(u for u in units(source) if u.key == key)
     if not is_done(source, trained):
-        raise ValueError(f"{unit.key} evaluates {key} of experiment {source.name}, which has not finished it: "
-                         f"run that grid first ({cfg.policies_from})")  # fmt: skip
+        raise ValueError(
+            f"{unit.key} evaluates {key} of experiment {source.name}, which has not finished it: "
+            f"run that grid first ({cfg.policies_from})"
+        )
     checkpoint = last_checkpoint(source, key)
     if not checkpoint.is_file():
-        raise ValueError(f"{unit.key}: the checkpoint of {source.name}'s {key} is missing ({checkpoint}); restore "
-                         "it: this grid evaluates that experiment's policies and trains nothing")  # fmt: skip
+        raise ValueError(
+            f"{unit.key}: the checkpoint of {source.name}'s {key} is missing ({checkpoint}); restore "
+            "it: this grid evaluates that experiment's policies and trains nothing"
+        )
     recorded = json.loads(result_path(source, trained).read_text()).get("fingerprint")
     found = fingerprint(checkpoint)
     if recorded is not None and found != recorded:
-        raise ValueError(f"{unit.key}: {checkpoint} holds other weights ({found[:12]}) than {source.name}'s result "
-                         f"file of {key} records ({recorded[:12]})")  # fmt: skip
+        raise ValueError(
+            f"{unit.key}: {checkpoint} holds other weights ({found[:12]}) than {source.name}'s result "
+            f"file of {key} records ({recorded[:12]})"
+        )
     return checkpoint
 
 
@@ -366,35 +374,3 @@ def run_grid(cfg: ExperimentConfig, config_path: str, show: Any = print) -> list
             show(f"  {unit.key} FAILED (exit {rc}); the grid goes on with the units that do not need it")
     show(progress(cfg, grid, None, times))
     return failed
-
-
-def progress(cfg: ExperimentConfig, grid: list[Unit], running: Unit | None, times: dict[str, list[float]]) -> str:
-    """One block of text: done / running / left, mean time per unit kind, and an estimate of what is left."""
-    done = [u for u in grid if is_done(cfg, u)]
-    left = [u for u in grid if not is_done(cfg, u) and u is not running]
-    mean = {k: sum(v) / len(v) for k, v in times.items() if v}
-    untimed = sorted({u.kind for u in left} - set(mean))
-    per = ", ".join(f"{k} {_hms(v)}" for k, v in sorted(mean.items())) or "no unit timed yet"
-    now = f" | running: {running.key}" if running else ""
-    if untimed:
-        est = f" | an estimate once a {' and a '.join(untimed)} unit is timed" if left else ""
-    else:
-        est = f" | about {_hms(sum(mean[u.kind] for u in left))} left" if left else ""
-    return f"[{cfg.name}] done {len(done)}/{len(grid)}{now} | left {len(left)} | per unit: {per}{est}"
-
-
-def listing(cfg: ExperimentConfig) -> str:
-    """``--list``: every unit, its index, what it needs and whether it is done."""
-    grid = units(cfg)
-    w = max([28, *(len(u.key) for u in grid)])
-    lines = [f"{'#':>3}  {'unit':<{w}} {'needs':<28} status"]
-    for i, unit in enumerate(grid):
-        status = "done" if is_done(cfg, unit) else "to do"
-        lines.append(f"{i:>3}  {unit.key:<{w}} {','.join(unit.needs) or '-':<28} {status}")
-    return "\n".join(lines)
-
-
-def _hms(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

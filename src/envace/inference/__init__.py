@@ -6,14 +6,13 @@ from __future__ import annotations
 from envace.inference.imagine import (
     Imagination,
     ImaginationConfig,
-    ImaginedTurn,
     TokenCounts,
     attempt_of,
     fork,
     imagining_rollout,
     token_counts,
 )
-from envace.inference.memory import Attempt, render_attempt, render_memory
+from envace.inference.memory import Attempt, ImaginedTurn, render_attempt, render_memory
 
 __all__ = [
     "Attempt",

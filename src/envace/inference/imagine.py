@@ -30,12 +30,12 @@ committed tokens (what it generated in the committed episode) and from the memor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 
-from envace.inference.memory import Attempt, render_memory, unforeseen
+from envace.inference.memory import Attempt, ImaginedTurn, render_memory, unforeseen
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine
@@ -94,22 +94,6 @@ class ImaginationConfig:
         if not out:
             raise ValueError(f"no imagination setting in n={ns}, modes={modes}")
         return out
-
-
-@dataclass
-class ImaginedTurn:
-    """What imagination spent and wrote before one committed user turn (``revised``: again, mid-turn,
-    before the committed episode's ``at_call``-th call, after a real response it did not foresee)."""
-
-    turn: int
-    attempts: list[Attempt] = field(default_factory=list)
-    memory_tokens: int = 0
-    at_call: int = 0
-    revised: bool = False
-
-    @property
-    def tokens(self) -> int:
-        return sum(a.tokens for a in self.attempts)
 
 
 def fork(episode: Episode) -> Episode:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.types import JSON, CallRecord, is_error
+from envace.types import JSON, MAX_EPISODE_TOKENS, MAX_STEPS, TRUNCATED, CallRecord, is_error
 
 HEADER = (
     "Private rehearsal of the request above (imagined: nothing was executed; every result below was "
@@ -24,8 +24,11 @@ REVISED_HEADER = (
     "rehearsal predicted; imagined: nothing below was executed, every result was predicted and may be wrong)."
 )
 FOOTER = "Use what helps, avoid the problems, and now handle the request for real."
-LIMIT_FLAGS = {"truncated": "the answer was cut off", "max_steps": "it hit the step limit",
-               "max_episode_tokens": "it ran out of context"}  # fmt: skip
+LIMIT_FLAGS = {
+    TRUNCATED: "the answer was cut off",
+    MAX_STEPS: "it hit the step limit",
+    MAX_EPISODE_TOKENS: "it ran out of context",
+}
 
 
 @dataclass
@@ -61,6 +64,22 @@ class Attempt:
             "errors": self.errors(),
             "tokens": self.tokens,
         }
+
+
+@dataclass
+class ImaginedTurn:
+    """What imagination spent and wrote before one committed user turn (``revised``: again, mid-turn,
+    before the committed episode's ``at_call``-th call, after a real response it did not foresee)."""
+
+    turn: int
+    attempts: list[Attempt] = field(default_factory=list)
+    memory_tokens: int = 0
+    at_call: int = 0
+    revised: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return sum(a.tokens for a in self.attempts)
 
 
 def _error_code(response: JSON) -> str:

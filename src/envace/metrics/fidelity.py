@@ -32,17 +32,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
 from envace.protocol import RehearsalError
-from envace.types import JSON, is_error
-
-if TYPE_CHECKING:
-    from envace.rollout.episode import FidelityPair
+from envace.types import JSON, FidelityPair, is_error
 
 #: the keys whose values a next call reuses or decides on (ShopWorld's, and their common names elsewhere)
 DECISION_FIELDS = frozenset({"sku", "price", "in_stock", "order_id", "status", "error", "id"})

@@ -103,7 +103,7 @@ class PolicyModule(pl.LightningModule):
             half as many, for the same memory (:func:`chunk_budget`). A larger batch (a warm-start
             batch, an RL step's episodes) runs forward and backward in row chunks whose gradients add
             up (:func:`backward_in_chunks`), so memory does not grow with the number or length of
-            episodes: ``scripts/update_memory.py`` measures it. ``None``: one forward over the whole
+            episodes: ``studies/performance/update_memory.py`` measures it. ``None``: one forward over the whole
             batch. Not under FSDP.
         judge: where the ``judge`` reward's remote model is and how long it may take
             (:class:`~envace.rewards.judge.JudgeSettings`); ``None``: the ``ENVACE_JUDGE_*``

@@ -33,7 +33,7 @@ from functools import cache
 from envace.rewards.base import RewardError, RewardOutput, RewardUnavailable
 from envace.rewards.judge import JudgeSettings, LLMJudge
 from envace.rewards.userfn import user_reward
-from envace.types import Task, Trajectory
+from envace.types import END_FLAGS, MAX_STEPS, Task, Trajectory
 
 RewardFn = Callable[[Task, Trajectory], RewardOutput]
 
@@ -62,8 +62,8 @@ BY_BENCHMARK: dict[str, str] = {
 #: force-terminates a turn at its step limit, tau2 ends the conversation on any limit. The training
 #: reward fails them too (:func:`compute_reward` ``ended_by``), so it never pays what the benchmark fails.
 LIMIT_FAILS: dict[str, frozenset[str]] = {
-    "bfcl-multi-turn": frozenset({"max_steps"}),
-    "tau2": frozenset({"max_steps", "max_episode_tokens", "truncated"}),
+    "bfcl-multi-turn": frozenset({MAX_STEPS}),
+    "tau2": frozenset(END_FLAGS),
 }
 
 _BFCL_SINGLE_TURN_PREFIXES = ("simple", "multiple", "parallel", "irrelevance", "live_")

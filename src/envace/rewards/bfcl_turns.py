@@ -8,7 +8,7 @@ other arguments, a second order or tweet), by the static per-tool table
 :mod:`envace.rewards.bfcl_effects`. A read made in an earlier turn may stand for a gold call, as the
 checker's results check allows (:func:`turn_failures` and its helpers). The official multi-turn
 checker executes both and needs the environment; the validation loop runs it, the training reward
-does not. Its agreement with the official checker is measured by ``scripts/reward_agreement.py``
+does not. Its agreement with the official checker is measured by ``studies/reward_agreement/reward_agreement.py``
 (``docs/rewards.md``). Turns are delimited by user messages (:func:`~envace.rewards.bfcl.calls_per_turn`).
 """
 

@@ -1,5 +1,5 @@
-"""The rollout's shared records: the episode, its (rehearsed, real) fidelity pairs, and what a
-rollout returns (the episodes and their counts).
+"""The rollout's shared records: the episode and what a rollout returns (the episodes and their
+counts); the (rehearsed, real) fidelity pair it collects is a plain record of :mod:`envace.types`.
 
 An :class:`Episode` is one interaction of the policy with a task: the token episode being built
 (:class:`~envace.protocol.tokens.EpisodeBuilder`: ids, roles, sampled log-probs) beside its parsed
@@ -17,20 +17,21 @@ import torch
 
 from envace.envs import Environment, canonical_calls, canonical_messages, canonical_task
 from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors
-from envace.types import JSON, ROLE_IDS, CallRecord, Message, Task, ToolCall, Trajectory, error_observation
+from envace.types import (
+    JSON,
+    ROLE_IDS,
+    TRUNCATED,
+    CallRecord,
+    FidelityPair,
+    Message,
+    Task,
+    ToolCall,
+    Trajectory,
+    error_observation,
+)
 
 if TYPE_CHECKING:
-    from envace.inference.imagine import ImaginedTurn
-
-
-@dataclass
-class FidelityPair:
-    """A rehearsed response and the real one, for the same call in the same state."""
-
-    call: ToolCall
-    rehearsed: JSON
-    real: JSON
-    benchmark: str
+    from envace.inference.memory import ImaginedTurn
 
 
 @dataclass
@@ -158,5 +159,5 @@ def summarize(episodes: list[Episode], seconds: float = 0.0, tokens_per_s: float
         st.calls += len(ep.calls)
         st.env_calls += ep.writers.count("environment")
         st.format_errors += ep.format_errors
-        st.truncated += "truncated" in ep.flags
+        st.truncated += TRUNCATED in ep.flags
     return st

@@ -33,7 +33,7 @@ from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine, Request, Sample
 from envace.rollout.episode import Episode, FidelityPair, RolloutResult, summarize
 from envace.rollout.responders import Responder, ToolTurn
-from envace.types import JSON, CallRecord, Message, Task, ToolCall
+from envace.types import JSON, MAX_EPISODE_TOKENS, MAX_STEPS, TRUNCATED, CallRecord, Message, Task, ToolCall
 
 #: tokens that must still fit in the episode for a call to be answered
 RESPONSE_ROOM = 64
@@ -179,7 +179,7 @@ class Rollout:
         limits = self.limits
         while not ep.done:
             if ep.steps_in_turn >= limits.max_steps_per_turn:
-                ep.finish("max_steps")
+                ep.finish(MAX_STEPS)
                 return None
             if ep.steps_in_turn and self.after_step is not None:  # the last step's calls are answered
                 yield from self.after_step(ep)
@@ -236,7 +236,7 @@ class Rollout:
 
     def _room(self, ep: Episode, budget: int) -> bool:
         if ep.budget_used + budget > self.limits.max_episode_tokens:
-            ep.finish("max_episode_tokens")
+            ep.finish(MAX_EPISODE_TOKENS)
             return False
         return True
 
@@ -247,7 +247,7 @@ class Rollout:
         ep.builder.sampled(sample.ids, "act", sample.logprobs)
         ep.steps_in_turn += 1
         if not sample.stopped:
-            ep.finish("truncated")
+            ep.finish(TRUNCATED)
             return []
         ep.builder.context(self.fmt.assistant().trailer)
         text = self.encode.tokenizer.decode(sample.ids, skip_special_tokens=True)
@@ -270,7 +270,7 @@ class Rollout:
             if turn.stopped:
                 ep.builder.context(self.fmt.tool().trailer)
             else:
-                ep.finish("truncated")
+                ep.finish(TRUNCATED)
         else:
             self._context_tool_turn(ep, turn.response)
         ep.calls.append(CallRecord(call, turn.response))
@@ -285,7 +285,7 @@ class Rollout:
         p = self.fmt.tool()
         ids = self.encode(p.header + self.fmt.tool_body(response) + p.end + p.trailer)
         if ep.budget_used + len(ids) > self.limits.max_episode_tokens:
-            ep.finish("max_episode_tokens")
+            ep.finish(MAX_EPISODE_TOKENS)
             return
         ep.builder.context_ids(ids)
 
