@@ -41,7 +41,7 @@ from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig, make_
 from envace.rollout.reference import gold_rollout
 from envace.types import Task
 
-SCORES = ("value_f1", "key_f1", "json_valid", "error_agreement")
+SCORES = ("value_f1", "key_f1", "json_valid", "error_agreement", "decision_f1")
 
 
 def base_settings(base: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from envace.experiment.hypotheses import NONE, Boot, Diff, PerTask, best_gain, f
 from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values
 from envace.experiment.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 
-METRICS = ("success", "value_f1", "gain")
+METRICS = ("success", "value_f1", "decision_f1", "gain")
 RULES = ("superiority", "non_inferiority")
 PREDICTIONS = {  # a control's predicted outcome: its test on the interval (lo, hi) and its words
     "below": (lambda lo, hi: hi < 0, "hi < 0"),
@@ -163,8 +163,8 @@ def _values(results: Results, c: Comparison, setting: str) -> tuple[PerTask, Per
     splits = results.experiment.splits
     if c.metric == "gain":
         pair = rehearsal_success(results, c.a, setting)
-    elif c.metric == "value_f1":
-        pair = fidelity_values(results, c.a, splits), fidelity_values(results, c.b or WARM, splits)
+    elif c.metric in ("value_f1", "decision_f1"):
+        pair = fidelity_values(results, c.a, splits, c.metric), fidelity_values(results, c.b or WARM, splits, c.metric)
     else:
         pair = (
             item_values(results, c.a, "success", splits, c.setting),

@@ -96,6 +96,7 @@ class Fidelity:
     key_f1: float | None
     json_valid: float | None
     error_agreement: float | None
+    decision_f1: float | None = None  # absent from result files written before it existed
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ def _fidelity(f: Fields) -> Fidelity:
         key_f1=f.number("key_f1", optional=True),
         json_valid=f.number("json_valid", optional=True),
         error_agreement=f.number("error_agreement", optional=True),
+        decision_f1=f.maybe_number("decision_f1"),
     )
 
 
