@@ -95,3 +95,19 @@ def test_calls_after_the_first_act_step_do_not_count(tokenizer: Any) -> None:
     assert [c.name for m in ep.messages if m.role == "assistant" for c in m.tool_calls] == [c.name for c in gold]
     assert compute_reward(task, ep.trajectory(), ended_by=ep.flags).score == 0.0
     assert not checker_verdict(task.category, task.id, task.extra["possible_answer"], gold[:1])
+
+
+def test_a_target_that_breaks_its_schema_is_refused_though_the_checker_accepts_it(tokenizer: Any) -> None:
+    """The known disagreement (docs/data.md): the rollout validates calls against the tool's schema, so a
+    call the checker accepts but the schema forbids (a list for a string enum) is never paid."""
+    task = next(t for t in load_source("bfcl-single-turn", split="train", categories=["live_simple"])
+                if t.id == "live_simple_71-35-0")  # fmt: skip
+    gold = task.gold[0]
+    limits = RolloutLimits(max_steps_per_turn=1, max_new_tokens=512, max_episode_tokens=8192)
+    engine = Writes(tokenizer, [tokenizer.eos_token_id])
+    copy = replace(task, extra={**task.extra, "calls": gold})
+    ep = Rollout(engine, HermesFormat(tool_style="compact"), PieceEncoder(tokenizer), RealEnvironment(), limits).run(
+        [copy], 1
+    )[0]
+    assert ep.format_errors == 1 and compute_reward(task, ep.trajectory(), ended_by=ep.flags).score == 0.0
+    assert checker_verdict(task.category, task.id, task.extra["possible_answer"], gold)
