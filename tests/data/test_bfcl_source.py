@@ -20,9 +20,9 @@ from envace.data.sources.bfcl import (
     RecordError,
     call_string,
     load_multi_turn,
-    load_single_turn,
     parse_call_string,
 )
+from envace.data.sources.bfcl_single import load_single_turn
 from envace.data.sources.bfcl_verify import verify_task
 from envace.types import ToolCall
 
@@ -153,7 +153,7 @@ def test_missed_functions_are_held_out_until_their_turn(multi_turn):
     assert next(t for t in multi_turn if t.category == "multi_turn_long_context").env["long_context"] is True
 
 
-def test_single_turn_tools_possible_answers_and_no_train_split():
+def test_single_turn_tools_possible_answers_and_no_split_without_answers():
     tasks = load_single_turn(categories=["simple_python", "simple_java", "irrelevance"])
     assert [sum(t.category == c for t in tasks) for c in ("simple_python", "simple_java", "irrelevance")] == [
         400,
@@ -169,8 +169,10 @@ def test_single_turn_tools_possible_answers_and_no_train_split():
         p["type"] for t in tasks if t.category == "simple_java" for p in t.tools[0]["parameters"]["properties"].values()
     } == {"string"}
     assert next(t for t in tasks if t.category == "irrelevance").extra["possible_answer"] is None
-    with pytest.raises(ValueError, match="evaluation data"):
-        load_single_turn("train")
+    with pytest.raises(ValueError, match=r"\['irrelevance'\] call no function"):
+        load_single_turn("train", categories=["simple_python", "irrelevance"])
+    with pytest.raises(ValueError, match="splits are"):
+        load_single_turn("val", categories=["simple_python"])
 
 
 def test_bad_path_split_and_category_are_named(tmp_path):

@@ -7,9 +7,9 @@ import pytest
 
 from envace._bfcl import bfcl_module
 from envace.data.sources import load_source
+from envace.data.sources.bfcl_reference import OMIT, java_source, js_source, pick, reference_calls
 from envace.evaluation import TaskFilter, evaluate
 from envace.evaluation.bfcl import OFFLINE_CATEGORIES, TrustedEnvironment, official_multi_turn, overall
-from envace.evaluation.bfcl_reference import OMIT, java_source, js_source, pick, reference_calls
 from envace.protocol.render import HermesFormat
 from envace.protocol.tokens import PieceEncoder
 from envace.rewards.bfcl import _checker_docs, bfcl_single_turn

@@ -55,7 +55,7 @@ DATA_QUIRKS = {"live_simple_106-63-0", "live_simple_112-68-0", "parallel_multipl
 
 @cache
 def single_turn(category: str) -> dict[str, Task]:
-    from envace.data.sources.bfcl import load_single_turn
+    from envace.data.sources.bfcl_single import load_single_turn
 
     return {t.id: t for t in load_single_turn(categories=[category])}
 

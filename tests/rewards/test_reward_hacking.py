@@ -24,10 +24,10 @@ import pytest
 
 from envace._bfcl import bfcl_module
 from envace.data.sources import load_source
+from envace.data.sources.bfcl_reference import reference_calls
 from envace.data.sources.tau2 import official_reward
 from envace.envs.tau2 import Tau2Environment
 from envace.evaluation.bfcl import official_verdict
-from envace.evaluation.bfcl_reference import reference_calls
 from envace.protocol import parse_rehearsal
 from envace.rewards import get_reward, reward_name
 from envace.rewards.base import RewardOutput

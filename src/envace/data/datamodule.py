@@ -4,7 +4,8 @@
 their first ``max_user_turns`` user turns (:meth:`envace.types.Task.first_turns`), keeps those whose
 prompt fits ``max_prompt_tokens``, and, for the warm start, replays the gold of every train task
 that has a real environment (:func:`envace.data.grounding.ground`) or recorded responses
-(:func:`envace.data.grounding.recorded_trajectory`), gives a ``memory_notes`` share of them a memory
+(:func:`envace.data.grounding.recorded_trajectory`) or is answered in one act step
+(:func:`envace.data.grounding.answer_trajectory`), gives a ``memory_notes`` share of them a memory
 note per user turn (:mod:`envace.data.memory_notes`, off by default) and tokenises the result once
 (:func:`envace.protocol.tokens.encode_trajectory`).
 
@@ -30,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from envace.data.batch import StepBatch, collate_episodes
-from envace.data.grounding import ground, recorded_trajectory
+from envace.data.grounding import answer_trajectory, ground, recorded_trajectory
 from envace.data.memory_notes import noted
 from envace.data.pools import split_pool, spread
 from envace.data.sources import SourceSpec
@@ -294,6 +295,10 @@ class EnvACEDataModule(pl.LightningDataModule):
                 return None
             self.counts["grounded"] += 1
             return traj
+        if task.extra.get("first_step_answer"):
+            traj = answer_trajectory(task)
+            self.counts["answered" if traj is not None else "ground_skipped_no_env"] += 1
+            return traj
         traj = recorded_trajectory(task)
         self.counts["recorded" if traj is not None else "ground_skipped_no_env"] += 1
         return traj
@@ -337,10 +342,12 @@ class EnvACEDataModule(pl.LightningDataModule):
         c = self.counts
         log.info(
             "data: train %d loaded, %d cut to %s user turns, %d filtered by length, %d kept (%d for RL); "
-            "val %d loaded, %d filtered, %d kept; grounded %d (recorded %d, no env %d, failed %d), %d too long, "
+            "val %d loaded, %d filtered, %d kept; grounded %d (recorded %d, answer steps %d, no env %d, failed %d), "
+            "%d too long, "
             "%d SFT episodes (%d with memory notes)", c["train_loaded"], c["train_truncated"], self.max_user_turns,
             c["train_filtered_by_length"], c["train_tasks"], c["rl_tasks"], c["val_loaded"],
-            c["val_filtered_by_length"], c["val_tasks"], c["grounded"], c["recorded"], c["ground_skipped_no_env"],
+            c["val_filtered_by_length"], c["val_tasks"], c["grounded"], c["recorded"], c["answered"],
+            c["ground_skipped_no_env"],
             c["ground_failed"], c["sft_dropped_long"], len(self.episodes), c["memory_notes"],
         )  # fmt: skip
 

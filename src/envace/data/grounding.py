@@ -20,7 +20,8 @@ Works for any task whose environment :func:`envace.envs.make_environment` can bu
 ``set_turn(turn)``; it is called before each turn.
 
 A chat log without an environment gives the same layout from its recorded responses
-(:func:`recorded_trajectory`).
+(:func:`recorded_trajectory`). A task scored on its first response alone (BFCL single-turn) is its
+user turn and one act step holding all its gold calls, with no response (:func:`answer_trajectory`).
 """
 
 from __future__ import annotations
@@ -108,3 +109,19 @@ def recorded_trajectory(task: Task) -> Trajectory | None:
             return None
         messages.append(Message("assistant", closing or DONE_TEXT))
     return Trajectory(task=task, messages=messages, calls=calls, source="recorded")
+
+
+def answer_trajectory(task: Task) -> Trajectory | None:
+    """A task scored on its first act step alone (``extra["first_step_answer"]``: BFCL single-turn):
+    the user turn, then one assistant message holding every gold call, and nothing after it (no
+    response, no closing text: the episode ends there). ``None`` without one user turn and gold calls.
+
+    >>> from envace.types import ToolCall
+    >>> t = Task("t", "bfcl", user_turns=["add"], gold=[[ToolCall("f", {"a": 1}), ToolCall("g")]])
+    >>> [(m.role, [c.name for c in m.tool_calls]) for m in answer_trajectory(t).messages]
+    [('user', []), ('assistant', ['f', 'g'])]
+    """
+    if len(task.user_turns) != 1 or len(task.gold) != 1 or not task.gold[0]:
+        return None
+    messages = [Message("user", task.user_turns[0]), Message("assistant", "", tool_calls=list(task.gold[0]))]
+    return Trajectory(task=task, messages=messages, calls=[], source="answer")

@@ -28,10 +28,10 @@ from typing import Any
 from envace._bfcl import bfcl_data_dir, bfcl_module, run_multi_turn_checker
 from envace.data.sources import load_source
 from envace.data.sources.bfcl import MULTI_TURN_CATEGORIES, SINGLE_TURN_CATEGORIES, call_string
+from envace.data.sources.bfcl_reference import reference_calls
 from envace.envs import canonical_messages, canonical_task
 from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, mean
 from envace.evaluation.bfcl_memory import MEMORY_CATEGORIES, load_questions, memory_phase, oracle_text, score_memory
-from envace.evaluation.bfcl_reference import reference_calls
 from envace.evaluation.policies import Policy
 from envace.rewards import LIMIT_FAILS, compute_reward
 from envace.rewards.base import RewardOutput
@@ -205,10 +205,10 @@ class BFCLBenchmark(Benchmark):
         memory = [c for c in cats if c in MEMORY_CATEGORIES]
         tasks: list[Task] = []
         path = self.filter.path
-        if single:
-            tasks += load_source("bfcl-single-turn", split="all", path=path, categories=single)
+        split = self.filter.split or "all"
+        if single:  # train/test: the declared split by called function (envace.data.sources.bfcl_single)
+            tasks += load_source("bfcl-single-turn", split=split, path=path, categories=single)
         if multi:
-            split = self.filter.split or "all"
             tasks += load_source("bfcl-multi-turn", split=split, path=path, categories=multi)
         if memory:
             tasks += load_questions(memory, path)

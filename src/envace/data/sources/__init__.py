@@ -17,7 +17,7 @@ from typing import Any
 from envace.types import Task
 
 SOURCES: dict[str, str] = {
-    "bfcl-single-turn": "envace.data.sources.bfcl:load_single_turn",
+    "bfcl-single-turn": "envace.data.sources.bfcl_single:load_single_turn",
     "bfcl-multi-turn": "envace.data.sources.bfcl:load_multi_turn",
     "tau2": "envace.data.sources.tau2:load_tau2",
     "vitabench": "envace.data.sources.vitabench:load_vitabench",

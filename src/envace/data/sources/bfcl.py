@@ -1,5 +1,6 @@
-"""BFCL-v4 records as canonical :class:`~envace.types.Task` objects and the class split (the gold
-replay through bfcl-eval's checker is :mod:`envace.data.sources.bfcl_verify`).
+"""BFCL-v4 multi-turn records as canonical :class:`~envace.types.Task` objects and the class split, and
+what the single-turn source (:mod:`envace.data.sources.bfcl_single`) shares with them (the gold replay
+through bfcl-eval's checker is :mod:`envace.data.sources.bfcl_verify`).
 
 Records come from bfcl-eval's wheel (:func:`envace._bfcl.bfcl_data_dir`) or from a folder with the
 same layout (``BFCL_v4_<category>.json`` JSONL files, ``possible_answer/``, ``multi_turn_func_doc/``).
@@ -158,69 +159,6 @@ def call_string(call: ToolCall) -> str:
     if bad:  # argument names reach bfcl-eval's eval: only plain identifiers may pass
         raise ValueError(f"not a Python identifier: {bad}")
     return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"
-
-
-# --------------------------------------------------------------------------- single turn
-
-
-def _single_turn_tasks(root: Path, category: str, language_hints: bool) -> list[Task]:
-    file = root / f"{PREFIX}_{category}.json"
-    answer_file = root / "possible_answer" / f"{PREFIX}_{category}.json"
-    answers: dict[str, Any] | None = None
-    if answer_file.is_file():
-        answers = {}
-        for n, rec in read_jsonl(answer_file):
-            answers[_get(rec, "id", str, answer_file, n)] = _get(rec, "ground_truth", list, answer_file, n)
-    language = "java" if category.endswith("_java") else "javascript" if category.endswith("_javascript") else "python"
-    utils = bfcl_module("utils") if language_hints else None
-    tasks = []
-    for n, rec in read_jsonl(file):
-        task_id = _get(rec, "id", str, file, n)
-        functions = copy.deepcopy(_get(rec, "function", list, file, n))
-        if utils is not None:  # what bfcl-eval's own inference shows the model (types, hints)
-            functions = utils._func_doc_language_specific_pre_processing(functions, category)
-        messages = _messages(_get(rec, "question", list, file, n), file, n)
-        if len(messages) != 1:
-            raise RecordError(file, n, "question", f"expected one turn, got {len(messages)}")
-        if answers is not None and task_id not in answers:
-            raise RecordError(file, n, "id", f"{task_id} has no possible answer in {answer_file}")
-        tasks.append(
-            Task(
-                id=task_id,
-                benchmark="bfcl",
-                category=category,
-                tools=functions,
-                system_prompt="\n\n".join(m["content"] for m in messages[0] if m["role"] == "system"),
-                user_turns=[user_text(messages[0])],
-                extra={
-                    "possible_answer": None if answers is None else answers[task_id],
-                    "language": language,
-                    "question": messages[0],
-                },
-            )
-        )
-    return tasks
-
-
-def load_single_turn(
-    split: str = "all", path: str | None = None, categories: list[str] | None = None, language_hints: bool = True
-) -> list[Task]:
-    """Load BFCL-v4 single-turn categories (an evaluation set: ``train`` is refused).
-
-    Args:
-        split: ``all`` or ``test`` (the same tasks).
-        path: a folder laid out like bfcl-eval's ``data/``; default: the installed wheel's.
-        categories: a subset of :data:`SINGLE_TURN_CATEGORIES`; default: all of them.
-        language_hints: apply bfcl-eval's own doc pre-processing (the sentence naming the language;
-            Java/JavaScript parameter types become ``string``), as its inference does.
-    """
-    _check_split(split)
-    if split == "train":
-        raise ValueError("BFCL single-turn is evaluation data; train on the bfcl-multi-turn 'train' split")
-    root = _data_dir(path)
-    return [
-        t for c in _categories(categories, SINGLE_TURN_CATEGORIES) for t in _single_turn_tasks(root, c, language_hints)
-    ]
 
 
 # --------------------------------------------------------------------------- multi turn
