@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from envace.data.batch import StepBatch, collate_episodes
-from envace.data.grounding import ground, recorded_trajectory
+from envace.data.grounding import GroundFailures, GroundingFailed, ground, recorded_trajectory
 from envace.data.memory_notes import noted
 from envace.data.pools import split_pool, spread
 from envace.data.sources import SourceSpec
@@ -197,6 +197,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         limit: use at most this many training tasks (the first ones that pass the filters, in source order).
         rl_share: the share of the training scenarios that only RL rolls out, the rest only grounded
             for the warm start (:mod:`envace.data.pools`); 0 (default): both use every training task.
+        max_ground_failed: the share of grounded tasks a server failure may drop before the fit stops.
         seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the run's
             ``seed_everything`` (runs of other seeds see other orders: else a control's seeds are one run).
         num_workers: DataLoader worker processes.
@@ -220,6 +221,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         val_tasks: int | None = None,
         limit: int | None = None,
         rl_share: float = 0.0,
+        max_ground_failed: float = 0.1,
         seed: int | None = None,
         num_workers: int = 0,
     ):
@@ -239,7 +241,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.tasks_per_step, self.sft_batch_size = tasks_per_step, sft_batch_size
         self.warm_start, self.max_sft_tokens, self.memory_notes = warm_start, max_sft_tokens, memory_notes
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
-        self.rl_share = rl_share
+        self.rl_share, self.max_ground_failed = rl_share, max_ground_failed
+        self.ground_failures = GroundFailures()
         self.train_set: list[Task] = []
         self.val_set: list[Task] = []
         self.episodes: list[EpisodeTensors] = []
@@ -285,6 +288,9 @@ class EnvACEDataModule(pl.LightningDataModule):
         if task.env:
             try:
                 traj = ground(task)
+            except GroundingFailed as exc:  # the server failed, not the gold: never a training target
+                self.ground_failures.add(exc, self.counts)
+                return None
             except Exception as exc:  # a gold that cannot be replayed: skip the task, keep the rest
                 self.counts["ground_failed"] += 1
                 log.warning("task %s: grounding failed (%s: %s)", task.id, type(exc).__name__, exc)
@@ -297,6 +303,7 @@ class EnvACEDataModule(pl.LightningDataModule):
 
     def _ground(self, tasks: list[Task]) -> list[EpisodeTensors]:
         trajs = [t for t in map(self._trajectory, tasks) if t is not None]
+        self.ground_failures.check(self.counts["grounded"], self.max_ground_failed)
         episodes = []
         for traj, with_notes in zip(trajs, noted(trajs, self.memory_notes, self.data_seed), strict=True):
             ep = self._encode(with_notes) if with_notes is not None else None
