@@ -44,6 +44,8 @@ SERVER_CRASHED = "SERVER_CRASHED"
 SERVER_GARBAGE = "SERVER_GARBAGE"
 SERVER_ERROR = "SERVER_ERROR"
 TIMEOUT = "TIMEOUT"
+#: what the SDK's error says when the connection, not the server's answer, ended a request (stdio, HTTP)
+CONNECTION_ENDED = ("closed", "stream ended without a response")
 #: seconds a closing session may take to stop its server before the bridge stops waiting for it
 CLOSE_TIMEOUT_S = 5.0
 
@@ -184,7 +186,7 @@ class MCPSession:
         if self._garbage.is_set():
             return MCPFailure(SERVER_GARBAGE, f"{what}: the server wrote non-protocol output: {self._garbage_text}")
         name = type(exc).__name__
-        if name == "MCPError" and "closed" not in text.lower():
+        if name == "MCPError" and not any(m in text.lower() for m in CONNECTION_ENDED):
             return MCPFailure(SERVER_ERROR, f"{what}: {text}")
         return MCPFailure(SERVER_CRASHED, f"{what}: the connection ended ({text}){self._stderr_tail()}")
 

@@ -5,7 +5,8 @@
 MODE: ``good`` (a counter kept per MCP session), ``crash`` (exits on the first call), ``hang``
 (a call never answers), ``slow`` (a call takes 1.5 s), ``garbage`` (a call writes non-protocol
 bytes to stdout), ``bad_utf8`` (a call writes bytes that are not UTF-8), ``slow_start`` (sleeps 60 s
-before serving), ``die_at_start`` (writes three lines to stderr and exits 1).
+before serving), ``die_at_start`` (writes three lines to stderr and exits 1), ``crash_later`` (serves
+four calls, then exits on the fifth: a server that dies mid-warm-start).
 """
 
 import os
@@ -17,6 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 MODE = sys.argv[1]
 app = MCPServer("misbehaving")
 counters: dict[str, list[int]] = {}
+calls = [0]
 
 
 def session_key(ctx: Context) -> str:
@@ -33,7 +35,8 @@ def bump(ctx: Context, by: int = 1) -> dict:
     Args:
         by: how much to add.
     """
-    if MODE == "crash":
+    calls[0] += 1
+    if MODE == "crash" or (MODE == "crash_later" and calls[0] > 4):
         os._exit(3)
     if MODE == "hang":
         time.sleep(3600)
