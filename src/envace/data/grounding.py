@@ -65,6 +65,27 @@ class GroundingStopped(UsageError):
     """Grounding failed for more than the declared share of tasks: the fit stops (one line)."""
 
 
+def no_episodes_advice(datamodule: object) -> str:
+    """What to change when a training batch holds no grounded episode, true for ``datamodule``'s config.
+
+    >>> from types import SimpleNamespace as NS
+    >>> no_episodes_advice(NS(warm_start=False, counts={}))
+    'set data.warm_start: true'
+    >>> dm = NS(warm_start=True, max_sft_tokens=512, counts={"grounded": 3, "sft_dropped_long": 3})
+    >>> print(no_episodes_advice(dm))  # doctest: +NORMALIZE_WHITESPACE
+    no grounded episode was kept (grounded 3, recorded 0, failed 0, no environment 0, longer than
+    data.max_sft_tokens=512: 3)
+    """
+    if not getattr(datamodule, "warm_start", False):
+        return "set data.warm_start: true"
+    c = getattr(datamodule, "counts", {})
+    return (
+        f"no grounded episode was kept (grounded {c.get('grounded', 0)}, recorded {c.get('recorded', 0)}, "
+        f"failed {c.get('ground_failed', 0)}, no environment {c.get('ground_skipped_no_env', 0)}, longer than "
+        f"data.max_sft_tokens={getattr(datamodule, 'max_sft_tokens', None)}: {c.get('sft_dropped_long', 0)})"
+    )
+
+
 def server_failure(response: JSON) -> tuple[str, str] | None:
     """``(code, message)`` when ``response`` is an error of the server's making, else ``None``.
 
