@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import envace
 from envace.commands.serve_env import NOT_REHEARSED
 from envace.envs.mcp_bridge import MCPSession
 from envace.envs.mcp_spec import ServerSpec
@@ -79,7 +80,9 @@ def _own_rehearsal(root: Path) -> list[object]:
 
 def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) -> None:
     command, *args = _spec(served)
-    spec = ServerSpec(command=command, args=tuple(args), connect_timeout_s=120, call_timeout_s=120)
+    here = {"PYTHONPATH": str(Path(envace.__file__).parents[1])}  # the SDK passes a server no PYTHONPATH of ours
+    spec = ServerSpec.parse({"command": command, "args": args, "env": here, "connect_timeout_s": 120,
+                             "call_timeout_s": 120})  # fmt: skip
     names, answers = _client_answers(spec)
     assert names == ["place_order", "order_status"]
     assert answers == _own_rehearsal(served)  # the second answer saw the first call and its answer as context
