@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import envace
-from envace.commands.serve_env import NOT_REHEARSED
 from envace.envs.mcp_bridge import MCPSession
 from envace.envs.mcp_spec import ServerSpec
 
@@ -63,8 +62,9 @@ def _client_answers(spec: ServerSpec) -> tuple[list[str], list[object]]:
 
 
 def _own_rehearsal(root: Path) -> list[object]:
-    """The checkpoint's greedy rehearsal of the first call, and of the second after the first (the
-    answer to the second is NOT_REHEARSED when the rehearsal of the first ended the episode)."""
+    """The checkpoint's greedy rehearsal of the first call, and of the second: after the first when
+    its rehearsal ended at its end-of-turn, else alone (a rehearsal cut short by its budget does not
+    join the session's history)."""
     from envace.commands.serve_env import WorldModel
     from envace.commands.show import load_actor
     from envace.rollout import RolloutLimits
@@ -73,9 +73,10 @@ def _own_rehearsal(root: Path) -> list[object]:
     world = WorldModel(load_actor("tiny", str(root / "export"), None, 0), TOOLS, "You are the shop's assistant.",
                        RolloutLimits(max_rehearse_tokens=24, max_episode_tokens=8192))  # fmt: skip
     calls = [ToolCall(n, a) for n, a in CALLS]
-    first, both = world.rehearse(calls[:1]), world.rehearse(calls)
-    assert both[:1] == first  # a later call never changes an earlier answer (greedy, the same context)
-    return [first[0], both[1] if len(both) == 2 else NOT_REHEARSED]
+    (first,) = world.turns(calls[:1])
+    second = world.turns(calls) if first.stopped else world.turns(calls[1:])
+    assert not first.stopped or second[0].response == first.response  # greedy: the same context, the same answer
+    return [first.response, second[-1].response]
 
 
 def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) -> None:

@@ -13,6 +13,7 @@ from envace.commands import serve_env
 from envace.commands.serve_env import NOT_REHEARSED, USER_TURN, Sessions, WorldModel, served_world
 from envace.data.sources import SourceSpec
 from envace.rollout import RolloutLimits
+from envace.rollout.responders import ToolTurn
 from envace.types import Task, ToolCall
 
 TOOLS = [
@@ -64,13 +65,32 @@ def test_oversize_arguments_are_refused_before_anything_is_rehearsed(world: Worl
     assert history == []
 
 
+def turn(response: dict, stopped: bool = True) -> ToolTurn:
+    return ToolTurn(response, ids=[7, 8], logprobs=[0.0, 0.0], stopped=stopped)
+
+
 def test_a_call_the_budget_cannot_reach_does_not_end_the_session(world: WorldModel, monkeypatch) -> None:
-    history = [CALLS[0]]
-    monkeypatch.setattr(world, "rehearse", lambda calls: [{"id": "A1"}])  # the budget ended before the new call
+    placed = turn({"id": "A1"})
+    history = [(CALLS[0], placed)]
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed])  # the budget ended before the new call
     assert world.answer(history, CALLS[1]) == (NOT_REHEARSED, True)
-    assert history == [CALLS[0]]  # left out: the next call is rehearsed after the calls that were
-    monkeypatch.setattr(world, "rehearse", lambda calls: [{"id": "A1"}, {"state": "sent"}])
-    assert world.answer(history, CALLS[1]) == ({"state": "sent"}, False) and history == CALLS
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, turn({"state": "se"}, stopped=False)])
+    assert world.answer(history, CALLS[1]) == ({"state": "se"}, False)
+    assert history == [(CALLS[0], placed)]  # neither joined: the next call is rehearsed after the calls that were
+    sent = turn({"state": "sent"})
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, sent])
+    assert world.answer(history, CALLS[1]) == ({"state": "sent"}, False) and history[-1] == (CALLS[1], sent)
+
+
+def test_earlier_turns_are_written_again_not_rehearsed_again(world: WorldModel) -> None:
+    encode = world.policy.tokenizer
+    ids = encode('{"id": "A1"}', add_special_tokens=False)["input_ids"]
+    placed = ToolTurn({"id": "A1"}, ids=ids, logprobs=[0.0] * len(ids), stopped=True)
+    stats = world.rollout().responder.rehearsal.engine.stats
+    before = (stats.tokens, stats.calls)
+    turns = world.turns(CALLS, [placed])
+    assert turns[0] is placed and len(turns) == 2  # the known turn as it was, the new call's rehearsed
+    assert stats.calls - before[1] == 1 and stats.tokens - before[0] <= world.limits.max_rehearse_tokens
 
 
 def test_sessions_are_bounded_in_count_and_idle_time() -> None:

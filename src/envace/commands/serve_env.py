@@ -52,6 +52,7 @@ from envace.protocol import render_calls
 from envace.protocol.parse import CallError, validate_call
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig
 from envace.rollout.reference import DONE, ScriptedEngine, gold_calls
+from envace.rollout.responders import Generation, Responder, ToolTurn
 from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation, is_error
 
 #: the user turn the rehearsal sees: an MCP client has no user, only calls
@@ -91,6 +92,40 @@ class StepwiseOracle(ScriptedEngine):
         return render_calls("", [calls[k]]) if k < len(calls) else DONE
 
 
+class SessionReplay(Responder):
+    """The session's earlier tool turns written again as the rehearsal sampled them (its very ids), then
+    :class:`~envace.rollout.PolicyRehearsal` for the new call: the context is the one a full re-run
+    would build (greedy), but only the new call's response is generated, and the engine's kept rows
+    mean only the tokens since the last call are prefilled: a call's cost grows with its own tokens.
+
+    Args:
+        rehearsal: the responder that writes the new call's response.
+    """
+
+    def __init__(self, rehearsal: PolicyRehearsal):
+        self.rehearsal = rehearsal
+        self.known: list[ToolTurn] = []
+        self.made: list[ToolTurn] = []  # this run's turns, known and new (the episode's records keep only responses)
+
+    def bind(self, engine: Any, tokenizer: Any) -> None:
+        self.rehearsal.bind(engine, tokenizer)
+
+    def generation(self, episode: Any, call: ToolCall, max_new_tokens: int) -> Generation | None:
+        if len(episode.calls) < len(self.known):
+            return None
+        gen = self.rehearsal.generation(episode, call, max_new_tokens)
+        return dataclasses.replace(gen, turn=lambda sample: self._made(gen.turn(sample)))
+
+    def respond(self, episodes: list[Any], calls: list[ToolCall]) -> list[ToolTurn]:
+        for episode in episodes:
+            episode.open_tool_turn()  # the header, as the rehearsal opened it
+        return [self._made(self.known[len(episode.calls)]) for episode in episodes]
+
+    def _made(self, turn: ToolTurn) -> ToolTurn:
+        self.made.append(turn)
+        return turn
+
+
 @dataclass
 class WorldModel:
     """The policy's rehearse role over one tool set, greedy; its engine built once, at the first call.
@@ -112,6 +147,7 @@ class WorldModel:
     max_argument_bytes: int = SizeBounds.max_argument_bytes
     lock: threading.Lock = field(default_factory=threading.Lock)
     _rollout: Any = field(default=None, init=False, repr=False)
+    _replay: Any = field(default=None, init=False, repr=False)
 
     def rollout(self) -> Any:
         """The rollout every rehearsal runs through (built once: the engine and its sampling copy)."""
@@ -123,19 +159,26 @@ class WorldModel:
             tokenizer, fmt = self.policy.tokenizer, self.policy.fmt
             engine = make_engine(self.policy.model, tokenizer, fmt, SamplingConfig(temperature=0.0))
             steps = dict(max_steps_per_turn=MAX_SESSION_CALLS + 1, max_calls_per_step=1, max_new_tokens=4096)
-            oracle, rehearsal = StepwiseOracle(tokenizer, engine.stop_ids), PolicyRehearsal(engine=engine)
+            oracle, self._replay = StepwiseOracle(tokenizer, engine.stop_ids), SessionReplay(PolicyRehearsal(engine))
             limits = dataclasses.replace(self.limits, **steps)
-            self._rollout = Rollout(oracle, fmt, PieceEncoder(tokenizer), rehearsal, limits, lockstep=True,
+            self._rollout = Rollout(oracle, fmt, PieceEncoder(tokenizer), self._replay, limits, lockstep=True,
                                     validate_calls=False)  # fmt: skip
         return self._rollout
 
-    def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
-        """The rehearsed responses of ``calls``, made in this order in one session."""
+    def turns(self, calls: list[ToolCall], known: list[ToolTurn] | None = None) -> list[ToolTurn]:
+        """The tool turns of ``calls``, made in this order in one session: the first ``len(known)``
+        written again as ``known`` holds them, the rest rehearsed."""
         task = Task("serve-env", "serve-env", system_prompt=self.system_prompt, tools=self.tools,
                     user_turns=[USER_TURN], gold=[list(calls)])  # fmt: skip
         with self.lock:  # one rehearsal at a time: the engine's caches are the model's
-            (ep,) = self.rollout().run([task], 1, seeds=[0])
-        return [record.response for record in ep.calls]
+            rollout = self.rollout()
+            self._replay.known, self._replay.made = list(known or []), []
+            rollout.run([task], 1, seeds=[0])
+            return list(self._replay.made)
+
+    def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
+        """The rehearsed responses of ``calls``, made in this order in one session (all rehearsed)."""
+        return [turn.response for turn in self.turns(calls)]
 
     def refusal(self, call: ToolCall) -> JSON | None:
         """The error of a call that is not rehearsed: not a valid call of a served tool, or over the size bound."""
@@ -147,26 +190,31 @@ class WorldModel:
             return error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: {reason}")
         return validate_call(call, self.tools)
 
-    def answer(self, history: list[ToolCall], call: ToolCall) -> tuple[JSON, bool]:
-        """``(response, is_error)`` of ``call`` after ``history``; a rehearsed call joins the history
-        (one the rehearsal did not reach does not: the session goes on with the calls it had)."""
+    def answer(self, history: list[tuple[ToolCall, ToolTurn]], call: ToolCall) -> tuple[JSON, bool]:
+        """``(response, is_error)`` of ``call`` after the session's ``history``; a rehearsal that ended
+        at its end-of-turn joins the history, one cut short by its budget does not (nor a call the
+        episode's budget cannot reach): the session goes on with the calls it had."""
         error = self.refusal(call)
         if error is not None:
             return error, True
         if len(history) >= MAX_SESSION_CALLS:
             return error_observation("SESSION_FULL", f"a session holds at most {MAX_SESSION_CALLS} calls"), True
-        responses = self.rehearse([*history, call])
-        if len(responses) != len(history) + 1:
+        turns = self.turns([c for c, _ in history] + [call], [t for _, t in history])
+        if len(turns) != len(history) + 1:
             return NOT_REHEARSED, True
-        history.append(call)
-        return responses[-1], is_error(responses[-1])
+        if turns[-1].stopped:
+            history.append((call, turns[-1]))
+        return turns[-1].response, is_error(turns[-1].response)
 
     def check(self, tasks: list[Task], n: int) -> dict[str, float]:
         """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most
         ``n`` of them: each has one call or more) against the real server's, in lockstep."""
         tasks = tasks[:n]
-        pairs = [score_pair(p.rehearsed, p.real) for ep in self.rollout().run(tasks, 1, seeds=list(range(len(tasks))))
-                 for p in ep.fidelity][:n]  # fmt: skip
+        with self.lock:
+            rollout = self.rollout()
+            self._replay.known = []
+            episodes = rollout.run(tasks, 1, seeds=list(range(len(tasks))))
+        pairs = [score_pair(p.rehearsed, p.real) for ep in episodes for p in ep.fidelity][:n]
         out = {name: fmean(getattr(s, name) for s in pairs) if pairs else float("nan") for name in SCORES}
         return {**out, "pairs": float(len(pairs)), "tasks": float(len(tasks))}
 
@@ -189,10 +237,10 @@ class Sessions:
         if max_sessions < 1 or not idle_s > 0:
             raise ValueError(f"max_sessions must be >= 1 and session_idle_s > 0, got {max_sessions}, {idle_s}")
         self.max_sessions, self.idle_s, self.clock = max_sessions, idle_s, clock
-        self.live: OrderedDict[str, tuple[float, list[ToolCall]]] = OrderedDict()
+        self.live: OrderedDict[str, tuple[float, list[Any]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def history(self, key: str) -> list[ToolCall]:
+    def history(self, key: str) -> list[Any]:
         """Session ``key``'s calls so far (a new session's: empty), after forgetting the idle and the oldest."""
         with self._lock:
             now = self.clock()

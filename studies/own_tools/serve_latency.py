@@ -1,0 +1,113 @@
+"""serve-env's cost per call as a session grows, and its memory over many sessions (#53, item 4).
+
+    PYTHONPATH=src python studies/own_tools/serve_latency.py [--histories 1 10 30] [--samples 5] [--sessions 0]
+
+The world model of ``envace serve-env`` in-process (:class:`envace.commands.serve_env.WorldModel`,
+``answer(history, call)``, the method the MCP server calls), over the shop example's two tools, with
+the ``tiny`` policy whose head is biased to end every rehearsal at once (an untrained model rarely
+ends a tool turn, and a rehearsal cut short ends the session's episode, so no history would build):
+what is timed is the serving machinery, not the model's writing. For each history length h, a
+session of h answered calls is built, then ``--samples`` calls are timed after it (each on a copy
+of the session): p50 and p95 in seconds. ``--sessions N`` instead answers one call in each of N
+sessions (the server's session table: ``Sessions`` where it exists, else a plain dict as before)
+and prints the process's resident memory before and after. Run it with ``PYTHONPATH`` on another
+checkout's ``src`` for that code's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import statistics
+import time
+from typing import Any
+
+import envace.rollout as rollout
+from envace.commands import serve_env
+from envace.commands.show import load_actor
+from envace.rollout import RolloutLimits
+from envace.types import ToolCall
+
+TOOLS = [
+    {"name": "place_order", "description": "Order a product; returns the order with its id.",
+     "parameters": {"type": "object", "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}},
+                    "required": ["sku", "quantity"]}},
+    {"name": "order_status", "description": "The state of an order.",
+     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}},
+]  # fmt: skip
+
+
+def call(i: int) -> ToolCall:
+    if i % 2:
+        return ToolCall("order_status", {"order_id": f"A{1000 + i}"})
+    return ToolCall("place_order", {"sku": "MUG-BLUE", "quantity": 1 + i % 3})
+
+
+def world() -> Any:
+    policy = load_actor("tiny", None, None, 0)
+    stop = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def end_at_once(module: Any, inputs: Any, output: Any) -> Any:
+        output[..., stop] += 1e4
+        return output
+
+    policy.model.lm_head.register_forward_hook(end_at_once)
+    make_engine = rollout.make_engine  # the hook must see the policy itself: no prepacked sampling copy
+    rollout.make_engine = lambda m, t, f, s=None: make_engine(m, t, f, dataclasses.replace(s, pack_weights=False))
+    limits = RolloutLimits(max_rehearse_tokens=16, max_episode_tokens=8192)
+    return serve_env.WorldModel(policy, TOOLS, "You are the shop's assistant.", limits)
+
+
+def latencies(w: Any, histories: list[int], samples: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    history: list[Any] = []
+    for h in sorted(histories):
+        while len(history) < h:
+            n = len(history)
+            w.answer(history, call(n))
+            assert len(history) == n + 1, "a rehearsal did not end at its end-of-turn: no history builds"
+        took = []
+        for s in range(samples):
+            began = time.perf_counter()
+            w.answer(list(history), call(h + s))
+            took.append(time.perf_counter() - began)
+        took.sort()
+        p95 = took[min(len(took) - 1, round(0.95 * (len(took) - 1)))]
+        out[f"history_{h}"] = {"p50_s": round(statistics.median(took), 3), "p95_s": round(p95, 3), "n": samples}
+    return out
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS")) / 1024
+
+
+def sessions(w: Any, n: int) -> dict[str, Any]:
+    table = serve_env.Sessions() if hasattr(serve_env, "Sessions") else None
+    plain: dict[str, list[Any]] = {}
+    w.answer([], call(0))  # warm: the engine (where it is kept) and the first allocations
+    before, began = rss_mb(), time.perf_counter()
+    for i in range(n):
+        history = table.history(f"s{i}") if table is not None else plain.setdefault(f"s{i}", [])
+        w.answer(history, call(i))
+    live = len(table.live) if table is not None else len(plain)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    return {"sessions": n, "live_after": live, "rss_mb_before": round(before, 1), "rss_mb_after": round(rss_mb(), 1),
+            "seconds": round(time.perf_counter() - began, 1), "peak_rss_mb": peak}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--histories", type=int, nargs="+", default=[1, 10, 30])
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=0)
+    args = parser.parse_args()
+    w = world()
+    result = sessions(w, args.sessions) if args.sessions else latencies(w, args.histories, args.samples)
+    print(json.dumps({"code": serve_env.__file__, **result}))
+
+
+if __name__ == "__main__":
+    main()
