@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError  # its message reaches the client; a plain exception's does not
 
 CATALOG: dict[str, tuple[str, float]] = {
     "MUG-BLUE": ("blue mug", 8.5),
@@ -85,9 +86,9 @@ def place_order(sku: str, quantity: int, ctx: Context) -> dict:
         quantity: how many, 1 to 20.
     """
     if sku not in CATALOG:
-        raise ValueError(f"unknown sku {sku!r}")
+        raise ToolError(f"unknown sku {sku!r}")
     if not 1 <= quantity <= 20:
-        raise ValueError("quantity must be between 1 and 20")
+        raise ToolError("quantity must be between 1 and 20")
     shop = shop_of(ctx)
     order_id = f"A{shop.next_id}"
     shop.next_id += 1
@@ -105,7 +106,7 @@ def order_status(order_id: str, ctx: Context) -> dict:
     """
     order = shop_of(ctx).orders.get(order_id)
     if order is None:
-        raise ValueError(f"no order {order_id!r}")
+        raise ToolError(f"no order {order_id!r}")
     return dict(order)
 
 
@@ -118,7 +119,7 @@ def cancel_order(order_id: str, ctx: Context) -> dict:
     """
     order = shop_of(ctx).orders.get(order_id)
     if order is None:
-        raise ValueError(f"no order {order_id!r}")
+        raise ToolError(f"no order {order_id!r}")
     order["status"] = "cancelled"
     return {"order_id": order_id, "status": "cancelled"}
 

@@ -223,6 +223,8 @@ def _main(argv: list[str] | None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if "" not in sys.path and os.getcwd() not in sys.path:  # the user's modules import as under `python -m`
+        sys.path.append(os.getcwd())  # last: a folder here never shadows an installed package
     if not args or args[0] in ("-h", "--help"):
         print(overview({n: line for n, (_, line) in COMMANDS.items()}, ALIASES, version()))
         return 0

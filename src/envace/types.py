@@ -240,3 +240,18 @@ class Trajectory:
             calls=[CallRecord.from_dict(c) for c in d.get("calls") or []],
             source=d.get("source", "grounded"),
         )
+
+
+class UsageError(ValueError):
+    """Bad input on the command line or in a config: ``message`` says what is wrong, ``hint`` how to
+    see what is accepted (printed as a second line, when given). Raised wherever input is checked (a
+    config, a plug-in, a grounding that fails); ``envace.cli.main`` prints it as one or two lines, exit 2."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+    def lines(self, prog: str) -> str:
+        """The one or two lines :func:`envace.cli.main` prints on stderr."""
+        first = f"{prog}: error: {' '.join(self.message.split())}"
+        return first if self.hint is None else f"{first}\n{prog}: {self.hint}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envace.commands.serve_env import NOT_REHEARSED
+import envace
 from envace.envs.mcp_bridge import MCPSession
 from envace.envs.mcp_spec import ServerSpec
 
@@ -62,8 +62,9 @@ def _client_answers(spec: ServerSpec) -> tuple[list[str], list[object]]:
 
 
 def _own_rehearsal(root: Path) -> list[object]:
-    """The checkpoint's greedy rehearsal of the first call, and of the second after the first (the
-    answer to the second is NOT_REHEARSED when the rehearsal of the first ended the episode)."""
+    """The checkpoint's greedy rehearsal of the first call, and of the second: after the first when
+    its rehearsal ended at its end-of-turn, else alone (a rehearsal cut short by its budget does not
+    join the session's history)."""
     from envace.commands.serve_env import WorldModel
     from envace.commands.show import load_actor
     from envace.rollout import RolloutLimits
@@ -72,14 +73,17 @@ def _own_rehearsal(root: Path) -> list[object]:
     world = WorldModel(load_actor("tiny", str(root / "export"), None, 0), TOOLS, "You are the shop's assistant.",
                        RolloutLimits(max_rehearse_tokens=24, max_episode_tokens=8192))  # fmt: skip
     calls = [ToolCall(n, a) for n, a in CALLS]
-    first, both = world.rehearse(calls[:1]), world.rehearse(calls)
-    assert both[:1] == first  # a later call never changes an earlier answer (greedy, the same context)
-    return [first[0], both[1] if len(both) == 2 else NOT_REHEARSED]
+    (first,) = world.turns(calls[:1])
+    second = world.turns(calls) if first.stopped else world.turns(calls[1:])
+    assert not first.stopped or second[0].response == first.response  # greedy: the same context, the same answer
+    return [first.response, second[-1].response]
 
 
 def test_serve_env_over_stdio_answers_as_the_checkpoint_rehearses(served: Path) -> None:
     command, *args = _spec(served)
-    spec = ServerSpec(command=command, args=tuple(args), connect_timeout_s=120, call_timeout_s=120)
+    here = {"PYTHONPATH": str(Path(envace.__file__).parents[1])}  # the SDK passes a server no PYTHONPATH of ours
+    spec = ServerSpec.parse({"command": command, "args": args, "env": here, "connect_timeout_s": 120,
+                             "call_timeout_s": 120})  # fmt: skip
     names, answers = _client_answers(spec)
     assert names == ["place_order", "order_status"]
     assert answers == _own_rehearsal(served)  # the second answer saw the first call and its answer as context

@@ -32,7 +32,8 @@ def test_plain_functions_with_a_user_source_and_reward_train_two_steps(work: Pat
         ["fit", "--config", SMOKE, "--data.sources", "[{name: 'own_tools.plugins:notes_source'}]", *TWO_STEPS]
     )
     assert cli.trainer.global_step == 2
-    scored = log.read_text().split()
+    probe, *scored = log.read_text().split()
+    assert probe == "notes-0"  # the preflight's probe call, before anything was built
     assert len(scored) == 2 and all(s.startswith("notes-") for s in scored)  # the RL step's 1 task x G=2 episodes
 
 

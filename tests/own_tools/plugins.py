@@ -47,3 +47,11 @@ def broken(task: Task, trajectory: Trajectory):
 
 
 NOT_CALLABLE = 3
+
+
+def one_argument(task: Task) -> float:  # a reward must take (task, trajectory)
+    return 1.0
+
+
+def not_a_list(split: str = "all", path: str | None = None, **options) -> str:
+    return "rows"

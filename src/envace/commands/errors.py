@@ -23,19 +23,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-
-class UsageError(ValueError):
-    """Bad input on the command line or in a config: ``message`` says what is wrong, ``hint`` how to
-    see what is accepted (printed as a second line, when given)."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.message, self.hint = message, hint
-
-    def lines(self, prog: str) -> str:
-        """The one or two lines :func:`envace.cli.main` prints on stderr."""
-        first = f"{prog}: error: {' '.join(self.message.split())}"
-        return first if self.hint is None else f"{first}\n{prog}: {self.hint}"
+from envace.types import UsageError  # defined with the shared records: the data layer raises it too
 
 
 # --- nearest names ------------------------------------------------------------------------------

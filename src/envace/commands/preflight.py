@@ -6,6 +6,9 @@ download retries), and no run folder is left behind.
 * :func:`check_fit_config` — ``envace fit | validate``: ``ckpt_path``, the data sources and their
   rewards (registered, or a ``package.module:function`` that imports), the policy's ``name_or_path``
   and ``checkpoint``, the simulator's source, and the loggers' packages (``envace[wandb]``, ...);
+* :func:`check_sources` — the user's own sources (``tasks``, ``package.module:function``) loaded once:
+  their rows, their Python environments' imports and tool schemas, and each user reward called once
+  on a probe episode (:func:`envace.rewards.userfn.probe_reward`); each failure one line;
 * :func:`check_model_source` — a packaged name, ``tiny``, a folder, a model in the Hugging Face cache,
   or a hub id the hub knows (asked once, bounded by :data:`HUB_TIMEOUT_S`; never with
   ``HF_HUB_OFFLINE``);
@@ -15,6 +18,7 @@ download retries), and no run folder is left behind.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 import urllib.error
@@ -166,10 +170,52 @@ def check_plugins(config: Any) -> None:
                     raise UsageError(f"{where}.{field}: {exc}") from None
 
 
+def _plain(spec: Any) -> dict[str, Any]:
+    return spec.as_dict() if hasattr(spec, "as_dict") else dict(spec)
+
+
+def check_sources(config: Any) -> None:
+    """Load every user source of ``config`` once (``tasks``, or ``package.module:function``) and check
+    what it gave before anything is built: a list of tasks, their Python environments importable with
+    usable tool schemas, and each user reward right on a probe episode (see the module docstring)."""
+    from envace.data.sources import SourceSpec
+    from envace.envs.mcp_bridge import one_line
+    from envace.envs.pytools import python_tools
+    from envace.rewards.userfn import probe_reward
+    from envace.types import Task
+
+    for key in ("sources", "val_sources"):
+        for i, raw in enumerate(value(config, f"data.{key}") or []):
+            spec, where = SourceSpec.parse(_plain(raw)), f"data.{key}[{i}]"
+            if spec.name != "tasks" and ":" not in spec.name:
+                continue  # a benchmark of ours: its loader is tested
+            try:
+                tasks = spec.load()
+            except ValueError as exc:  # a row, an import, a server: already one line
+                raise UsageError(f"{where}: {str(exc).strip().splitlines()[0][:600]}") from None
+            except Exception as exc:  # the user's own source: one line, whatever it raised
+                raise UsageError(f"{where}: {one_line(exc)}") from None
+            if not isinstance(tasks, list) or not all(isinstance(t, Task) for t in tasks):
+                got = type(tasks).__name__ if not isinstance(tasks, list) else "a list holding non-Task items"
+                raise UsageError(f"{where}: source {spec.name!r} returned {got}; a source returns a list of Task")
+            envs = {json.dumps(t.env, sort_keys=True): t.env for t in tasks if t.env and t.env.get("kind") == "python"}
+            rewards = {
+                str(t.extra["reward"]): t for t in reversed(tasks) if ":" in str(t.extra.get("reward", ""))
+            }  # each on its first task
+            try:
+                for env in envs.values():
+                    python_tools(env)
+                for name, task in rewards.items():
+                    probe_reward(name, task)
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+
+
 def check_fit_config(config: Any) -> None:
     """The checks of an ``envace fit | validate`` config (one subcommand's namespace)."""
     check_ckpt_path(value(config, "ckpt_path"))
     check_plugins(config)
+    check_sources(config)
     check_loggers(value(config, "trainer.logger"))
     args = value(config, "model.init_args")
     policy = value(args, "policy")

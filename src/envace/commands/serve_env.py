@@ -1,22 +1,27 @@
 """``envace serve-env``: a trained policy's rehearse role served as an MCP server — a learned stand-in for your tools.
 
-It exposes the tools of the environment the policy learned (names, descriptions, input schemas:
-the ``tools/list`` of the config's first training source) and answers each ``tools/call`` with the
-response the policy rehearses for it, given the session's earlier calls and the responses it gave
-them as context. The rehearsal is the training path itself, not a second one: the oracle rollout
-of the validation's gold-call fidelity (:func:`envace.rollout.reference.gold_rollout`: the session's
-calls written as the act turn, :class:`~envace.rollout.PolicyRehearsal` writing every tool turn),
-decoded greedily. Greedy decoding makes the served history reproducible, so each call re-runs the
-session's calls so far and answers the last one (a session of n calls costs n rehearsals).
+It exposes the tools of the environment the policy learned (names, descriptions, input schemas) and
+answers each ``tools/call`` with the response the policy rehearses for it, given the session's
+earlier calls and the responses it gave them as context. The tools come from the checkpoint's
+manifest (:func:`manifest_path`: ``envace-tools.json`` in an export folder, ``<name>.tools.json``
+beside a ``.ckpt``) when it has one, so no real server is needed; else from the ``tools/list`` of
+the config's first training source, saved as the manifest for the next start.
 
-Arguments are validated against the tool's schema first (``isError`` with the reason, nothing
-rehearsed); a rehearsed error, or a rehearsal that does not parse, answers ``isError`` with the
-error object as JSON text (a rehearsal of an earlier call that ran out of its token budget ends the
-session's episode: later calls answer ``NOT_REHEARSED``). Over
-stdio the process is one session; over HTTP (``--port``, on 127.0.0.1 only) each MCP session has its
-own history. ``--check N`` instead rehearses N responses to the val tasks' gold calls beside the
-real server's (the same lockstep as validation) and prints their fidelity (exact match, key F1,
-value F1, ...).
+The rehearsal is the training path itself, not a second one: a :class:`~envace.rollout.loop.Rollout`
+(built once, with its engine) whose act turns are the session's calls, ONE CALL PER ACT TURN as the
+warm start laid them out (:class:`StepwiseOracle`), and whose tool turns
+:class:`~envace.rollout.PolicyRehearsal` writes, decoded greedily. Greedy decoding makes the served
+history reproducible, so each call re-runs the session's calls so far and answers the last one.
+
+Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's
+schema, and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not
+parse, answers ``isError`` with the error object as JSON text; a call the rehearsal cannot reach
+within ``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history,
+so the session goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1
+only) each MCP session has its own history, at most ``--max_sessions`` of them, each forgotten after
+``--session_idle_s`` idle (:class:`Sessions`). ``--check N`` instead rehearses N responses to the val
+tasks' gold calls beside the real server's (the same lockstep as validation) and prints their
+fidelity (exact match, key F1, value F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -25,9 +30,13 @@ value F1, ...).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import sys
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -36,18 +45,24 @@ from typing import Any
 import yaml
 
 from envace.data.sources import SourceSpec
+from envace.data.sources.records import read_json
+from envace.envs.base import SizeBounds, json_size, unusable_arguments
 from envace.metrics.fidelity import score_pair
-from envace.protocol.parse import validate_call
+from envace.protocol import render_calls
+from envace.protocol.parse import CallError, validate_call
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig
-from envace.rollout.reference import gold_rollout
-from envace.types import JSON, Task, ToolCall, ToolSchema, is_error
+from envace.rollout.reference import DONE, ScriptedEngine, gold_calls
+from envace.rollout.responders import Generation, Responder, ToolTurn
+from envace.types import JSON, Task, ToolCall, ToolSchema, error_observation, is_error
 
 #: the user turn the rehearsal sees: an MCP client has no user, only calls
 USER_TURN = "Run these tool calls."
 #: the answer to a call the rehearsal never reached (a rehearsal of an earlier call ended the episode)
-NOT_REHEARSED = {
-    "error": {"code": "NOT_REHEARSED", "message": "the rehearsal of an earlier call ended the session's episode"}
-}
+NOT_REHEARSED = error_observation(
+    "NOT_REHEARSED", "the session's calls so far and this one do not fit the rehearsal's budget (max_episode_tokens)"
+)
+#: the most calls one session holds (its episode's act steps)
+MAX_SESSION_CALLS = 256
 SCORES = ("json_valid", "exact_match", "key_f1", "value_f1", "error_agreement")
 
 
@@ -68,15 +83,59 @@ def served_tools(tasks: list[Task]) -> list[ToolSchema]:
     return list({t["name"]: t for task in tasks for t in task.tools}.values())
 
 
+class StepwiseOracle(ScriptedEngine):
+    """Writes a session's calls one per act step, each after the response to the one before, as the
+    warm start laid them out (:func:`envace.data.grounding.ground`, ``steps="call"``), then a closing text."""
+
+    def text_for(self, episode: Any) -> str:
+        calls, k = gold_calls(episode), episode.steps_in_turn
+        return render_calls("", [calls[k]]) if k < len(calls) else DONE
+
+
+class SessionReplay(Responder):
+    """The session's earlier tool turns written again as the rehearsal sampled them (its very ids), then
+    :class:`~envace.rollout.PolicyRehearsal` for the new call: the context is the one a full re-run
+    would build (greedy), but only the new call's response is generated, and the engine's kept rows
+    mean only the tokens since the last call are prefilled: a call's cost grows with its own tokens.
+
+    Args:
+        rehearsal: the responder that writes the new call's response.
+    """
+
+    def __init__(self, rehearsal: PolicyRehearsal):
+        self.rehearsal = rehearsal
+        self.known: list[ToolTurn] = []
+        self.made: list[ToolTurn] = []  # this run's turns, known and new (the episode's records keep only responses)
+
+    def bind(self, engine: Any, tokenizer: Any) -> None:
+        self.rehearsal.bind(engine, tokenizer)
+
+    def generation(self, episode: Any, call: ToolCall, max_new_tokens: int) -> Generation | None:
+        if len(episode.calls) < len(self.known):
+            return None
+        gen = self.rehearsal.generation(episode, call, max_new_tokens)
+        return dataclasses.replace(gen, turn=lambda sample: self._made(gen.turn(sample)))
+
+    def respond(self, episodes: list[Any], calls: list[ToolCall]) -> list[ToolTurn]:
+        for episode in episodes:
+            episode.open_tool_turn()  # the header, as the rehearsal opened it
+        return [self._made(self.known[len(episode.calls)]) for episode in episodes]
+
+    def _made(self, turn: ToolTurn) -> ToolTurn:
+        self.made.append(turn)
+        return turn
+
+
 @dataclass
 class WorldModel:
-    """The policy's rehearse role over one tool set, greedy.
+    """The policy's rehearse role over one tool set, greedy; its engine built once, at the first call.
 
     Args:
         policy: a loaded policy (:func:`envace.evaluation.policies.load_eval_policy`).
         tools: the tools served.
         system_prompt: the system turn of the learned tasks.
         limits: the rollout limits (``max_rehearse_tokens`` bounds each response).
+        max_argument_bytes: a call whose arguments are longer is ``INVALID_ARGUMENTS``, nothing rehearsed.
     """
 
     policy: Any
@@ -85,50 +144,122 @@ class WorldModel:
     limits: RolloutLimits = field(
         default_factory=lambda: RolloutLimits(max_rehearse_tokens=128, max_episode_tokens=8192)
     )
+    max_argument_bytes: int = SizeBounds.max_argument_bytes
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _rollout: Any = field(default=None, init=False, repr=False)
+    _replay: Any = field(default=None, init=False, repr=False)
 
     def rollout(self) -> Any:
+        """The rollout every rehearsal runs through (built once: the engine and its sampling copy)."""
+        from envace.protocol.tokens import PieceEncoder
         from envace.rollout import make_engine
+        from envace.rollout.loop import Rollout
 
-        engine = make_engine(self.policy.model, self.policy.tokenizer, self.policy.fmt, SamplingConfig(temperature=0.0))
-        return gold_rollout(self.policy.tokenizer, self.policy.fmt, engine.stop_ids, PolicyRehearsal(engine=engine),
-                            self.limits)  # fmt: skip
+        if self._rollout is None:
+            tokenizer, fmt = self.policy.tokenizer, self.policy.fmt
+            engine = make_engine(self.policy.model, tokenizer, fmt, SamplingConfig(temperature=0.0))
+            steps = dict(max_steps_per_turn=MAX_SESSION_CALLS + 1, max_calls_per_step=1, max_new_tokens=4096)
+            oracle, self._replay = StepwiseOracle(tokenizer, engine.stop_ids), SessionReplay(PolicyRehearsal(engine))
+            limits = dataclasses.replace(self.limits, **steps)
+            self._rollout = Rollout(oracle, fmt, PieceEncoder(tokenizer), self._replay, limits, lockstep=True,
+                                    validate_calls=False)  # fmt: skip
+        return self._rollout
 
-    def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
-        """The rehearsed responses of ``calls``, made in this order in one session."""
+    def turns(self, calls: list[ToolCall], known: list[ToolTurn] | None = None) -> list[ToolTurn]:
+        """The tool turns of ``calls``, made in this order in one session: the first ``len(known)``
+        written again as ``known`` holds them, the rest rehearsed."""
         task = Task("serve-env", "serve-env", system_prompt=self.system_prompt, tools=self.tools,
                     user_turns=[USER_TURN], gold=[list(calls)])  # fmt: skip
         with self.lock:  # one rehearsal at a time: the engine's caches are the model's
-            (ep,) = self.rollout().run([task], 1, seeds=[0])
-        return [record.response for record in ep.calls]
+            rollout = self.rollout()
+            self._replay.known, self._replay.made = list(known or []), []
+            rollout.run([task], 1, seeds=[0])
+            return list(self._replay.made)
 
-    def answer(self, history: list[ToolCall], call: ToolCall) -> tuple[JSON, bool]:
-        """``(response, is_error)`` of ``call`` after ``history``; a valid call joins the history."""
-        error = validate_call(call, self.tools)
+    def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
+        """The rehearsed responses of ``calls``, made in this order in one session (all rehearsed)."""
+        return [turn.response for turn in self.turns(calls)]
+
+    def refusal(self, call: ToolCall) -> JSON | None:
+        """The error of a call that is not rehearsed: not a valid call of a served tool, or over the size bound."""
+        reason = unusable_arguments(call.arguments)
+        size = json_size(call.arguments) if reason is None else 0
+        if size > self.max_argument_bytes:
+            reason = f"arguments of {size} bytes, over the bound of {self.max_argument_bytes} (--max_argument_bytes)"
+        if reason is not None:
+            return error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: {reason}")
+        return validate_call(call, self.tools)
+
+    def answer(self, history: list[tuple[ToolCall, ToolTurn]], call: ToolCall) -> tuple[JSON, bool]:
+        """``(response, is_error)`` of ``call`` after the session's ``history``; a rehearsal that ended
+        at its end-of-turn joins the history, one cut short by its budget does not (nor a call the
+        episode's budget cannot reach): the session goes on with the calls it had."""
+        error = self.refusal(call)
         if error is not None:
             return error, True
-        responses = self.rehearse([*history, call])
-        history.append(call)
-        response = responses[-1] if len(responses) == len(history) else NOT_REHEARSED
-        return response, is_error(response)
+        if len(history) >= MAX_SESSION_CALLS:
+            return error_observation("SESSION_FULL", f"a session holds at most {MAX_SESSION_CALLS} calls"), True
+        turns = self.turns([c for c, _ in history] + [call], [t for _, t in history])
+        if len(turns) != len(history) + 1:
+            return NOT_REHEARSED, True
+        if turns[-1].stopped:
+            history.append((call, turns[-1]))
+        return turns[-1].response, is_error(turns[-1].response)
 
     def check(self, tasks: list[Task], n: int) -> dict[str, float]:
         """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most
         ``n`` of them: each has one call or more) against the real server's, in lockstep."""
         tasks = tasks[:n]
-        pairs = [score_pair(p.rehearsed, p.real) for ep in self.rollout().run(tasks, 1, seeds=list(range(len(tasks))))
-                 for p in ep.fidelity][:n]  # fmt: skip
+        with self.lock:
+            rollout = self.rollout()
+            self._replay.known = []
+            episodes = rollout.run(tasks, 1, seeds=list(range(len(tasks))))
+        pairs = [score_pair(p.rehearsed, p.real) for ep in episodes for p in ep.fidelity][:n]
         out = {name: fmean(getattr(s, name) for s in pairs) if pairs else float("nan") for name in SCORES}
         return {**out, "pairs": float(len(pairs)), "tasks": float(len(tasks))}
 
 
-def mcp_server(world: WorldModel) -> Any:
+class Sessions:
+    """The call histories of the live MCP sessions, bounded: at most ``max_sessions`` (the least recently
+    used one forgotten first) and none idle for more than ``idle_s`` seconds.
+
+    >>> s = Sessions(max_sessions=2, idle_s=60.0, clock=iter([0, 1, 2, 100]).__next__)
+    >>> s.history("a").append("x"); s.history("b"); s.history("c")  # "a" is the least recently used
+    []
+    []
+    >>> sorted(s.live), s.history("b")  # at t=100 every session has been idle for over a minute
+    (['b', 'c'], [])
+    >>> len(s.live)
+    1
+    """
+
+    def __init__(self, max_sessions: int = 256, idle_s: float = 1800.0, clock: Any = time.monotonic):
+        if max_sessions < 1 or not idle_s > 0:
+            raise ValueError(f"max_sessions must be >= 1 and session_idle_s > 0, got {max_sessions}, {idle_s}")
+        self.max_sessions, self.idle_s, self.clock = max_sessions, idle_s, clock
+        self.live: OrderedDict[str, tuple[float, list[Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def history(self, key: str) -> list[Any]:
+        """Session ``key``'s calls so far (a new session's: empty), after forgetting the idle and the oldest."""
+        with self._lock:
+            now = self.clock()
+            while self.live and now - next(iter(self.live.values()))[0] > self.idle_s:
+                self.live.popitem(last=False)
+            calls = self.live.pop(key, (now, []))[1]
+            self.live[key] = (now, calls)
+            while len(self.live) > self.max_sessions:
+                self.live.popitem(last=False)
+            return calls
+
+
+def mcp_server(world: WorldModel, sessions: Sessions | None = None) -> Any:
     """The low-level SDK server answering ``tools/list`` and ``tools/call`` from ``world``."""
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    sessions: dict[str, list[ToolCall]] = {}
+    sessions = sessions or Sessions()
     listed = [types.Tool(name=t["name"], description=t.get("description") or "",
                          input_schema=t.get("parameters") or {"type": "object"}) for t in world.tools]  # fmt: skip
 
@@ -137,7 +268,7 @@ def mcp_server(world: WorldModel) -> Any:
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         headers = getattr(getattr(ctx, "request", None), "headers", None)
-        history = sessions.setdefault(headers.get("mcp-session-id", "") if headers is not None else "stdio", [])
+        history = sessions.history(headers.get("mcp-session-id", "") if headers is not None else "stdio")
         call = ToolCall(params.name, dict(params.arguments or {}))
         response, failed = await anyio.to_thread.run_sync(world.answer, history, call)
         text = json.dumps(response, ensure_ascii=False)
@@ -167,6 +298,29 @@ def serve(server: Any, port: int | None) -> None:
     uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).run()
 
 
+def manifest_path(checkpoint: str) -> Path:
+    """Where the tools a checkpoint serves are saved: ``envace-tools.json`` in an export folder, or
+    ``<name>.tools.json`` beside a ``.ckpt``."""
+    path = Path(checkpoint)
+    return path / "envace-tools.json" if path.is_dir() else path.with_name(path.name + ".tools.json")
+
+
+def served_world(train: SourceSpec, checkpoint: str) -> tuple[list[ToolSchema], str]:
+    """The tools and system prompt to serve: from the checkpoint's manifest when it has one (no real
+    server needed), else from the training source (listed from the real server), then saved as its manifest."""
+    manifest = manifest_path(checkpoint)
+    if manifest.is_file():
+        saved = read_json(manifest)
+        if not isinstance(saved, dict) or not isinstance(saved.get("tools"), list):
+            raise ValueError(f"{manifest}: a tool manifest is {{'tools': [...], 'system_prompt': str}}")
+        return saved["tools"], str(saved.get("system_prompt") or "")
+    tasks = train.load()
+    tools, system = served_tools(tasks), tasks[0].system_prompt if tasks else ""
+    with contextlib.suppress(OSError):  # a read-only checkpoint folder: served all the same, listed next time
+        manifest.write_text(json.dumps({"tools": tools, "system_prompt": system}, indent=1) + "\n", encoding="utf-8")
+    return tools, system
+
+
 def serve_env(
     *,
     fit_config: str,
@@ -174,6 +328,9 @@ def serve_env(
     port: int | None = None,
     check: int = 0,
     max_rehearse_tokens: int = 128,
+    max_argument_bytes: int = SizeBounds.max_argument_bytes,
+    max_sessions: int = 256,
+    session_idle_s: float = 1800.0,
     policy: str = "smollm2-135m",
 ) -> int:
     """Serve a trained policy's rehearse role as an MCP server (see the module docstring).
@@ -185,15 +342,18 @@ def serve_env(
         check: instead of serving, rehearse this many responses to the gold calls of the val tasks
             beside the real server's, and print their fidelity.
         max_rehearse_tokens: most tokens per rehearsed response.
+        max_argument_bytes: a call whose arguments are longer (UTF-8 JSON) is ``INVALID_ARGUMENTS``.
+        max_sessions: most sessions held at once (the least recently used is forgotten first).
+        session_idle_s: a session idle for longer is forgotten.
         policy: the base model of a ``.ckpt`` that does not name one.
     """
     from envace.commands.show import load_actor
 
     train, val = read_sources(fit_config)
-    tasks = train.load()
+    tools, system_prompt = served_world(train, checkpoint)
     model = load_actor(policy, checkpoint, None, 0)
     limits = RolloutLimits(max_rehearse_tokens=max_rehearse_tokens, max_episode_tokens=8192)
-    world = WorldModel(model, served_tools(tasks), tasks[0].system_prompt if tasks else "", limits)
+    world = WorldModel(model, tools, system_prompt, limits, max_argument_bytes)
     if check:
         if val is None:
             raise ValueError(f"--check needs data.val_sources in {fit_config}")
@@ -205,7 +365,7 @@ def serve_env(
     where = f"streamable HTTP at http://127.0.0.1:{port}/mcp" if port else "stdio"
     print(f"envace serve-env: {checkpoint} rehearsing {len(world.tools)} tools over {where} (greedy): "
           f"{', '.join(t['name'] for t in world.tools)}", file=sys.stderr)  # fmt: skip
-    serve(mcp_server(world), port)
+    serve(mcp_server(world, Sessions(max_sessions, session_idle_s)), port)
     return 0
 
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from envace.data.batch import StepBatch
-from envace.data.grounding import answer_trajectory, ground, recorded_trajectory
+from envace.data.grounding import GroundFailures, GroundingFailed, answer_trajectory, ground, recorded_trajectory
 from envace.data.memory_notes import noted
 from envace.data.pools import split_pool, spread
 from envace.data.sources import SourceSpec
@@ -88,6 +88,7 @@ class EnvACEDataModule(pl.LightningDataModule):
             for the warm start (:mod:`envace.data.pools`); 0 (default): both use every training task.
         rl_sources: RL's own sources (same shape; ``limit`` not applied): RL rolls out these, the warm start
             grounds ``sources`` (ShopWorld's ``rl`` and ``sft`` splits); empty (default): ``rl_share`` decides.
+        max_ground_failed: the share of grounded tasks a server failure may drop before the fit stops.
         seed: seed of the per-epoch order of tasks and grounded episodes; ``None`` (default): the run's
             ``seed_everything`` (runs of other seeds see other orders: else a control's seeds are one run).
         num_workers: DataLoader worker processes.
@@ -112,6 +113,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         limit: int | None = None,
         rl_share: float = 0.0,
         rl_sources: list[dict[str, Any]] | None = None,
+        max_ground_failed: float = 0.1,
         seed: int | None = None,
         num_workers: int = 0,
     ):
@@ -132,6 +134,7 @@ class EnvACEDataModule(pl.LightningDataModule):
         self.warm_start, self.max_sft_tokens, self.memory_notes = warm_start, max_sft_tokens, memory_notes
         self.val_tasks, self.limit, self.seed, self.num_workers = val_tasks, limit, seed, num_workers
         self.rl_share, self.rl_sources = rl_share, [SourceSpec.parse(s) for s in rl_sources or []]
+        self.max_ground_failed, self.ground_failures = max_ground_failed, GroundFailures()
         self.train_set: list[Task] = []
         self.val_set: list[Task] = []
         self.episodes: list[EpisodeTensors] = []
@@ -177,6 +180,9 @@ class EnvACEDataModule(pl.LightningDataModule):
         if task.env:
             try:
                 traj = ground(task)
+            except GroundingFailed as exc:  # the server failed, not the gold: never a training target
+                self.ground_failures.add(exc, self.counts)
+                return None
             except Exception as exc:  # a gold that cannot be replayed: skip the task, keep the rest
                 self.counts["ground_failed"] += 1
                 log.warning("task %s: grounding failed (%s: %s)", task.id, type(exc).__name__, exc)
@@ -193,6 +199,7 @@ class EnvACEDataModule(pl.LightningDataModule):
 
     def _ground(self, tasks: list[Task]) -> list[EpisodeTensors]:
         trajs = [t for t in map(self._trajectory, tasks) if t is not None]
+        self.ground_failures.check(self.counts["grounded"], self.max_ground_failed)
         episodes = []
         for traj, with_notes in zip(trajs, noted(trajs, self.memory_notes, self.data_seed), strict=True):
             ep = self._encode(with_notes) if with_notes is not None else None

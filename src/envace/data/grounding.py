@@ -19,6 +19,12 @@ Works for any task whose environment :func:`envace.envs.make_environment` can bu
 ``gold`` lists one call list per user turn. Environments with turn-dependent tools expose
 ``set_turn(turn)``; it is called before each turn.
 
+A call that failed for a reason of the server's, not of the call's (:data:`SERVER_FAILURES`: a
+timeout, a crash, a server that never started, garbage on the wire, a response over its bound) is
+not the tool's answer: :func:`ground` raises :class:`GroundingFailed` instead of returning it as a
+training target, and the warm start drops the task and counts it (``ground_failed/<code>``); past
+a declared share of failures the fit stops in one line naming the server (:class:`GroundFailures`).
+
 A chat log without an environment gives the same layout from its recorded responses
 (:func:`recorded_trajectory`). A task scored on its first response alone (BFCL single-turn) is its
 user turn and one act step holding all its gold calls, with no response (:func:`answer_trajectory`).
@@ -27,16 +33,109 @@ user turn and one act step holding all its gold calls, with no response (:func:`
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from typing import Literal
 
-from envace.envs.base import Environment, make_environment
-from envace.types import CallRecord, Message, Task, Trajectory
+from envace.envs.base import ENVIRONMENT_BROKEN, RESPONSE_TOO_LARGE, TIMEOUT, Environment, make_environment
+from envace.envs.mcp_bridge import SERVER_CRASHED, SERVER_GARBAGE, SERVER_UNAVAILABLE
+from envace.types import JSON, CallRecord, Message, Task, Trajectory, UsageError
 
+log = logging.getLogger(__name__)
 DONE_TEXT = "Done: I have completed this request."
 NO_CALL_TEXT = (
     "I cannot complete this request with the functions and information I have. "
     "Please provide the missing details or functions."
 )
+#: error codes of a call that failed for the server's reason: its observation is never a training target
+SERVER_FAILURES = frozenset(
+    {TIMEOUT, ENVIRONMENT_BROKEN, SERVER_UNAVAILABLE, SERVER_CRASHED, SERVER_GARBAGE, RESPONSE_TOO_LARGE}
+)
+
+
+class GroundingFailed(Exception):
+    """A gold call of ``task_id`` got a server failure ``code`` (one of :data:`SERVER_FAILURES`)."""
+
+    def __init__(self, task_id: str, server: str, call: str, code: str, message: str):
+        super().__init__(f"task {task_id}: {call}: {code}: {message}")
+        self.task_id, self.server, self.call, self.code = task_id, server, call, code
+
+
+class GroundingStopped(UsageError):
+    """Grounding failed for more than the declared share of tasks: the fit stops (one line)."""
+
+
+def no_episodes_advice(datamodule: object) -> str:
+    """What to change when a training batch holds no grounded episode, true for ``datamodule``'s config.
+
+    >>> from types import SimpleNamespace as NS
+    >>> no_episodes_advice(NS(warm_start=False, counts={}))
+    'set data.warm_start: true'
+    >>> dm = NS(warm_start=True, max_sft_tokens=512, counts={"grounded": 3, "sft_dropped_long": 3})
+    >>> print(no_episodes_advice(dm))  # doctest: +NORMALIZE_WHITESPACE
+    no grounded episode was kept (grounded 3, recorded 0, failed 0, no environment 0, longer than
+    data.max_sft_tokens=512: 3)
+    """
+    if not getattr(datamodule, "warm_start", False):
+        return "set data.warm_start: true"
+    c = getattr(datamodule, "counts", {})
+    return (
+        f"no grounded episode was kept (grounded {c.get('grounded', 0)}, recorded {c.get('recorded', 0)}, "
+        f"failed {c.get('ground_failed', 0)}, no environment {c.get('ground_skipped_no_env', 0)}, longer than "
+        f"data.max_sft_tokens={getattr(datamodule, 'max_sft_tokens', None)}: {c.get('sft_dropped_long', 0)})"
+    )
+
+
+def server_failure(response: JSON) -> tuple[str, str] | None:
+    """``(code, message)`` when ``response`` is an error of the server's making, else ``None``.
+
+    >>> server_failure({"error": {"code": "SERVER_CRASHED", "message": "exited"}})
+    ('SERVER_CRASHED', 'exited')
+    >>> server_failure({"error": {"code": "TOOL_ERROR", "message": "unknown loan"}}) is None  # the tool's answer
+    True
+    """
+    error = response.get("error") if isinstance(response, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if code not in SERVER_FAILURES:
+        return None
+    return str(code), str(error.get("message", ""))[:300]  # type: ignore[union-attr]
+
+
+def server_label(task: Task) -> str:
+    """The environment ``task`` grounds in, as a one-line name (an MCP server's command or URL)."""
+    env = task.env or {}
+    if env.get("kind") == "mcp":
+        from envace.envs.mcp_spec import ServerSpec
+
+        try:
+            return f"MCP server {ServerSpec.parse(env.get('server') or {}).label}"
+        except ValueError:
+            return "MCP server (invalid spec)"
+    return f"{env.get('kind')} environment {env.get('module') or env.get('class') or ''}".rstrip()
+
+
+class GroundFailures:
+    """The warm start's grounding failures: counted by code, and the fit stopped past a declared share."""
+
+    def __init__(self) -> None:
+        self.failures: list[GroundingFailed] = []
+
+    def add(self, failure: GroundingFailed, counts: Counter[str]) -> None:
+        """Count ``failure`` in ``counts`` (``ground_failed`` and ``ground_failed/<code>``) and log it."""
+        self.failures.append(failure)
+        counts.update(["ground_failed", f"ground_failed/{failure.code}"])
+        log.warning("grounding failed, task dropped: %s", failure)
+
+    def check(self, grounded: int, max_share: float) -> None:
+        """Raise :class:`GroundingStopped` when more than ``max_share`` of the attempts failed."""
+        attempted = grounded + len(self.failures)
+        if not self.failures or len(self.failures) <= max_share * attempted:
+            return
+        first = self.failures[0]
+        raise GroundingStopped(
+            f"grounding failed for {len(self.failures)} of {attempted} tasks (more than "
+            f"data.max_ground_failed={max_share:g} of them): {first.server}: first failure: {first}"
+        )
 
 
 def ground(
@@ -77,6 +176,9 @@ def ground(
                 if steps == "call":
                     messages.append(Message("assistant", "", tool_calls=[call]))
                 response = env.execute(call, validate=False)  # benchmark gold runs as upstream runs it
+                failed = server_failure(response)
+                if failed is not None:
+                    raise GroundingFailed(task.id, server_label(task), call.name, *failed)
                 calls.append(CallRecord(call, response))
                 messages.append(Message("tool", json.dumps(response, ensure_ascii=False), name=call.name))
             messages.append(Message("assistant", done_text if gold else no_call_text))

@@ -14,16 +14,21 @@ Every call also crosses :meth:`Environment.guarded`, the same for all environmen
   past it the answer is a ``TIMEOUT`` error and the environment is broken for the rest of the
   episode (``ENVIRONMENT_BROKEN``), because the abandoned call may still be changing its state;
 * whatever comes back is made JSON-safe (:func:`json_safe`), so an observation always serialises
-  with ``allow_nan=False`` and encodes as UTF-8, whatever a third-party tool returned or echoed.
+  with ``allow_nan=False`` and encodes as UTF-8, whatever a third-party tool returned or echoed;
+* sizes are bounded both ways (:class:`SizeBounds`, ``task.env``'s ``max_argument_bytes`` and
+  ``max_response_bytes``): arguments over the bound are ``INVALID_ARGUMENTS`` before any tool code
+  runs, a response over it is ``RESPONSE_TOO_LARGE`` in its place; either way the episode goes on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from envace.protocol.parse import CallError
@@ -45,7 +50,46 @@ MAX_RESPONSE_DEPTH = 100
 EXECUTION_ERROR = "EXECUTION_ERROR"
 TIMEOUT = "TIMEOUT"
 ENVIRONMENT_BROKEN = "ENVIRONMENT_BROKEN"
+RESPONSE_TOO_LARGE = "RESPONSE_TOO_LARGE"
 _INT_LIMIT = 10**MAX_ARGUMENT_INT_DIGITS
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeBounds:
+    """The most bytes (UTF-8 JSON) one call's arguments and one response may take.
+
+    Args:
+        max_argument_bytes: arguments over this are ``INVALID_ARGUMENTS`` (no tool code runs).
+        max_response_bytes: a response over this is ``RESPONSE_TOO_LARGE`` in its place.
+    """
+
+    max_argument_bytes: int = 65_536
+    max_response_bytes: int = 1_048_576
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            size = getattr(self, field.name)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{field.name} must be a positive integer (bytes), got {size!r}")
+
+    @classmethod
+    def of(cls, env: Mapping[str, Any] | None) -> SizeBounds:
+        """The bounds ``task.env`` sets (its ``max_argument_bytes``, ``max_response_bytes``), else the defaults.
+
+        >>> SizeBounds.of({"kind": "mcp", "max_response_bytes": 4096})
+        SizeBounds(max_argument_bytes=65536, max_response_bytes=4096)
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{k: v for k, v in (env or {}).items() if k in names})
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (as a prompt would hold it, near enough).
+
+    >>> json_size({"a": "é"})  # {"a":"é"}: 9 characters, é two bytes
+    10
+    """
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace"))
 
 
 class CallTimeout(Exception):
@@ -165,6 +209,7 @@ class Environment(ABC):
     """
 
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    bounds: SizeBounds = SizeBounds()
     _broken_by: str | None = None
 
     def __init__(self, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
@@ -201,6 +246,9 @@ class Environment(ABC):
             message = f"{self._broken_by!r} ran past its deadline earlier; this environment runs no more calls"
             return json_safe(error_observation(ENVIRONMENT_BROKEN, message))
         reason = unusable_arguments(call.arguments)
+        size, limit = (json_size(call.arguments), self.bounds.max_argument_bytes) if reason is None else (0, 1)
+        if size > limit:
+            reason = f"arguments of {size} bytes, over the bound of {limit} (max_argument_bytes)"
         if reason is not None:
             return json_safe(error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: {reason}"))
         try:
@@ -210,7 +258,15 @@ class Environment(ABC):
             response = error_observation(TIMEOUT, f"{call.name}: {exc}; the environment is broken from now on")
         except Exception as exc:  # our dispatch or the tool's code: never an exception to the caller
             response = error_observation(EXECUTION_ERROR, f"{call.name}: {type(exc).__name__}: {exc}")
-        return json_safe(response)
+        return self.bounded(call.name, json_safe(response))
+
+    def bounded(self, name: str, response: JSON) -> JSON:
+        """``response``, or ``RESPONSE_TOO_LARGE`` in its place when it is over ``max_response_bytes``."""
+        size, limit = json_size(response), self.bounds.max_response_bytes
+        if size <= limit:
+            return response
+        why = f"{name}: a response of {size} bytes, over the bound of {limit} (max_response_bytes)"
+        return error_observation(RESPONSE_TOO_LARGE, why)
 
     def set_turn(self, turn: int) -> None:  # noqa: B027 - optional hook
         """Tell the environment the conversation reached user turn ``turn`` (tools may appear)."""
@@ -234,4 +290,9 @@ def make_environment(task: Task, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S)
     module, cls = ENVIRONMENTS[kind].split(":")
     env_cls = getattr(importlib.import_module(module), cls)
     env: Environment = env_cls.from_task(task, call_timeout_s=call_timeout_s)
+    try:
+        env.bounds = SizeBounds.of(task.env)
+    except ValueError as exc:
+        env.close()
+        raise ValueError(f"task {task.id}: env.{exc}") from None
     return env

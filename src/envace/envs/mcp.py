@@ -70,7 +70,8 @@ def list_server_tools(spec: ServerSpec | dict[str, Any]) -> list[ToolSchema]:
     try:
         return [tool_schema(t) for t in session.list_tools()]
     except MCPFailure as exc:
-        raise ValueError(f"MCP server {spec.label}: tools/list failed: {exc.code}: {exc}") from None
+        why = str(exc).removeprefix(f"{spec.label}: ")  # the label is said once
+        raise ValueError(f"MCP server {spec.label}: tools/list failed: {exc.code}: {why}") from None
     finally:
         session.close()
 

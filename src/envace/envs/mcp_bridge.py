@@ -15,8 +15,8 @@ Every way a server can fail becomes an :class:`MCPFailure` with a stable code, n
   bound on live servers (``max_live``) stayed full that long;
 * ``TIMEOUT`` — a request ran past its deadline (the session is closed: its state is unknown);
 * ``SERVER_CRASHED`` — the connection closed under a request (the process exited, the HTTP server went away);
-* ``SERVER_GARBAGE`` — the server wrote something that is not the protocol (the pending request
-  fails at once, not at its deadline);
+* ``SERVER_GARBAGE`` — the server wrote something that is not the protocol, invalid UTF-8 included
+  (the pending request fails at once, not at its deadline, quoting a bounded excerpt of what it wrote);
 * ``SERVER_ERROR`` — a JSON-RPC error answer (an unknown tool, a bad request).
 
 Live servers are bounded per server (:class:`ServerSpec.max_live`): a session takes a slot before it
@@ -44,6 +44,8 @@ SERVER_CRASHED = "SERVER_CRASHED"
 SERVER_GARBAGE = "SERVER_GARBAGE"
 SERVER_ERROR = "SERVER_ERROR"
 TIMEOUT = "TIMEOUT"
+#: what the SDK's error says when the connection, not the server's answer, ended a request (stdio, HTTP)
+CONNECTION_ENDED = ("closed", "stream ended without a response")
 #: seconds a closing session may take to stop its server before the bridge stops waiting for it
 CLOSE_TIMEOUT_S = 5.0
 
@@ -184,7 +186,7 @@ class MCPSession:
         if self._garbage.is_set():
             return MCPFailure(SERVER_GARBAGE, f"{what}: the server wrote non-protocol output: {self._garbage_text}")
         name = type(exc).__name__
-        if name == "MCPError" and "closed" not in text.lower():
+        if name == "MCPError" and not any(m in text.lower() for m in CONNECTION_ENDED):
             return MCPFailure(SERVER_ERROR, f"{what}: {text}")
         return MCPFailure(SERVER_CRASHED, f"{what}: the connection ended ({text}){self._stderr_tail()}")
 
@@ -243,12 +245,14 @@ class MCPSession:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         params = StdioServerParameters(command=spec.command or "", args=list(spec.args), env=dict(spec.env) or None,
-                                       cwd=spec.cwd)  # fmt: skip
+                                       cwd=spec.cwd, encoding_error_handler="replace")  # fmt: skip
+        # "replace": a bad byte makes its line unparseable, which the SDK hands to _on_message at once;
+        # "strict" would end the reader silently and leave the request to its deadline
         return stdio_client(params, errlog=self._errlog)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
-            self._garbage_text = f"{type(message).__name__}: {message}".splitlines()[0][:200]
+            self._garbage_text = garbage_excerpt(message)
             self._garbage.set()
 
     def close(self) -> concurrent.futures.Future[None] | None:
@@ -278,15 +282,15 @@ class MCPSession:
             slot.release()
         self.owner.sessions.discard(self)
 
-    def _stderr_tail(self) -> str:
-        """`` (stderr: <its last line>)`` when the server wrote to stderr, else nothing."""
+    def _stderr_tail(self, lines: int = 3) -> str:
+        """`` (stderr: <its last lines, joined by | >)`` when the server wrote to stderr, else nothing."""
         try:
             self._errlog.flush()
             self._errlog.seek(0)
-            lines = [line.strip() for line in self._errlog.read()[-4000:].splitlines() if line.strip()]
+            written = [line.strip() for line in self._errlog.read()[-4000:].splitlines() if line.strip()]
         except (OSError, ValueError):
             return ""
-        return f" (stderr: {lines[-1][:200]})" if lines else ""
+        return f" (stderr: {' | '.join(w[:200] for w in written[-lines:])})" if written else ""
 
 
 def one_line(exc: BaseException) -> str:
@@ -299,6 +303,28 @@ def one_line(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def garbage_excerpt(exc: Exception, limit: int = 120) -> str:
+    """What a server wrote that is not the protocol, quoted (at most ``limit`` characters), and why.
+
+    >>> from mcp import types
+    >>> try:
+    ...     types.jsonrpc_message_adapter.validate_json("caf\ufffd is not json", by_name=False)
+    ... except ValueError as exc:
+    ...     print(garbage_excerpt(exc))
+    'caf\ufffd is not json' (Invalid JSON: expected value at line 1 column 1)
+    """
+    errors = getattr(exc, "errors", None)
+    try:
+        first = errors()[0] if callable(errors) else None
+    except Exception:  # not pydantic's: its one line says what there is
+        first = None
+    if not isinstance(first, dict) or "input" not in first:
+        return one_line(exc)[:200]
+    written = first["input"] if isinstance(first["input"], str) else repr(first["input"])
+    quoted = repr(written[:limit]) + ("..." if len(written) > limit else "")
+    return f"{quoted} ({str(first.get('msg', 'not JSON-RPC'))[:100]})"
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

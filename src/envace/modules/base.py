@@ -240,6 +240,12 @@ class PolicyModule(pl.LightningModule):
         t = self.sampling.temperature
         return t if t > 0 else 1.0
 
+    def _no_episodes(self) -> str:
+        """What to change when a warm-start batch holds no grounded episode (true for this run's data config)."""
+        from envace.data.grounding import no_episodes_advice
+
+        return no_episodes_advice(getattr(self.trainer, "datamodule", None) if self._trainer is not None else None)
+
     def sft_step(self, batch: TokenBatch, split: str) -> Tensor:
         """Role-weighted NLL on grounded episodes: an update in training, the loss alone in validation."""
 

@@ -219,7 +219,7 @@ class EnvACEModule(PolicyModule):
     def training_step(self, batch: StepBatch, batch_idx: int) -> TrainStepOutput:
         if self.warming_up:
             if batch.sft is None:
-                raise ValueError("warm_start_steps > 0 needs grounded episodes: set data.warm_start: true")
+                raise ValueError(f"warm_start_steps > 0 needs grounded episodes: {self._no_episodes()}")
             return {"loss": self.sft_step(batch.sft, "train")}
         if self.global_step == self.rl_start > 0:
             self.forget_optimizer_state()

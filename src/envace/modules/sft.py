@@ -23,5 +23,5 @@ class SFTModule(PolicyModule):
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> Tensor:
         if batch.sft is None:
-            raise ValueError("SFTModule needs grounded episodes: set data.warm_start: true")
+            raise ValueError(f"SFTModule needs grounded episodes: {self._no_episodes()}")
         return self.sft_step(batch.sft, "train")

@@ -5,12 +5,15 @@ why it cannot; :func:`user_reward` wraps a user's ``fn(task, trajectory)`` that 
 [0, 1], ``None`` for "cannot compute" (the episode is masked and counted in ``train/reward/masked``,
 as the built-in rewards' outages are), or a :class:`~envace.rewards.base.RewardOutput`. A score out
 of [0, 1], or anything else, is a bug of the function: :func:`envace.rewards.compute_reward` stops
-the run with a :class:`~envace.rewards.base.RewardError` naming it and the task.
+the run with a :class:`~envace.rewards.base.RewardError` naming it and the task. :func:`probe_reward`
+finds such a bug before anything is built: the signature, then one call on a task with no calls yet
+(what an untrained policy's first episodes look like).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -75,3 +78,32 @@ def user_reward(name: str) -> Callable[[Task, Trajectory], RewardOutput]:
 
     reward.__name__ = name.replace(":", ".")
     return reward
+
+
+def probe_reward(name: str, task: Task) -> None:
+    """Call the user's reward ``name`` once on ``task`` with an episode that made no call: a one-line
+    :class:`ValueError` when it cannot take ``(task, trajectory)``, raises, or returns what a reward
+    must not (a string, a score out of [0, 1]); ``None`` ("cannot compute") passes.
+
+    >>> probe_reward("json:loads", Task("t", "b", user_turns=["hi"]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: reward 'json:loads' takes (s, *, cls=None, ...); a reward is fn(task, trajectory)
+    >>> probe_reward("operator:eq", Task("t", "b", user_turns=["hi"]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: reward 'operator:eq' on a probe episode (task t, no calls): TypeError: operator:eq returned bool; ...
+    """
+    fn = named_callable(name, "reward")
+    try:
+        inspect.signature(fn).bind(task, Trajectory(task=task, messages=[]))
+    except TypeError:
+        raise ValueError(f"reward {name!r} takes {inspect.signature(fn)}; a reward is fn(task, trajectory)") from None
+    except ValueError:  # a builtin without a signature: the probe call says whether it fits
+        pass
+    try:
+        user_reward(name)(task, Trajectory(task=task, messages=[]))
+    except RewardUnavailable:
+        return
+    except Exception as exc:  # the user's code: whatever it raises is named in one line
+        lines = str(exc).strip().splitlines()
+        why = f"{type(exc).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
+        raise ValueError(f"reward {name!r} on a probe episode (task {task.id}, no calls): {why}") from None

@@ -18,11 +18,15 @@ One task per row (docs/own-tools.md)::
 environment of every task (``{"kind": "mcp", "server": {...}}`` or ``{"kind": "python", ...}``: the
 tools come from it when a row has none, listed once per load); ``reward`` — the reward of every task
 (a registered name, ``gold-calls``, or ``package.module:function``); ``benchmark``; ``system_prompt``.
-Every problem is a :class:`~envace.data.sources.records.RecordError` naming file, line and field.
+Every problem is a :class:`~envace.data.sources.records.RecordError` naming file, line and field;
+a tool schema a call could never be checked against (not a JSON Schema, a ``$ref`` to a remote
+document) is one too, found at load (:func:`schema_problem`), not when the model first calls it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,44 @@ def env_tools(env: dict[str, Any]) -> list[ToolSchema]:
     if kind == "python":
         return python_tools(env)
     raise ValueError(f"env: kind must be 'mcp' or 'python' for the tasks source, got {short(kind)}")
+
+
+def schema_problem(tool: ToolSchema) -> str | None:
+    """Why a call to ``tool`` could never be checked against its ``parameters``, or ``None``.
+
+    >>> schema_problem({"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/$defs/X"}},
+    ...                 "$defs": {"X": {"type": "array", "items": {"type": "string"}}}}}) is None
+    True
+    >>> schema_problem({"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": 3}}}})[:40]
+    "tool 'f': parameters are not a JSON Sche"
+    >>> schema_problem({"name": "f", "parameters": {"properties": {"x": {"$ref": "https://x.org/s.json"}}}})
+    "tool 'f': $ref 'https://x.org/s.json' is remote: only refs inside the schema (#/...) resolve"
+    """
+    import jsonschema
+
+    name, params = tool.get("name"), tool.get("parameters", {"type": "object"})
+    if not isinstance(params, dict):
+        return f"tool {name!r}: parameters must be a JSON Schema object, got {short(params)}"
+    stack: list[Any] = [params]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+                return f"tool {name!r}: $ref {short(ref)} is remote: only refs inside the schema (#/...) resolve"
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    try:
+        jsonschema.validators.validator_for(params, default=jsonschema.Draft7Validator).check_schema(params)
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"tool {name!r}: parameters are not a JSON Schema ({exc.message[:200]})"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_problem(tool_json: str) -> str | None:
+    return schema_problem(json.loads(tool_json))
 
 
 def _calls(raw: Any, file: Path, line: int, turn: int) -> list[ToolCall]:
@@ -81,6 +123,10 @@ def _tools(row: dict[str, Any], file: Path, line: int, tools: list[ToolSchema] |
         return list(tools)
     if not isinstance(listed, list) or not all(isinstance(t, dict) and "name" in t for t in listed):
         raise RecordError(file, line, "tools", f"must be a list of tool schemas with a 'name', got {short(listed)}")
+    for i, tool in enumerate(listed):
+        problem = _schema_problem(json.dumps(tool, sort_keys=True))  # rows repeat their tools: checked once
+        if problem is not None:
+            raise RecordError(file, line, f"tools[{i}]", problem)
     return listed
 
 
@@ -164,4 +210,7 @@ def load_tasks(split: str = "all", path: str | None = None, **options: Any) -> l
     needs_tools = any(isinstance(r, dict) and r.get("tools") is None for _, _, r in rows)
     env = options.get("env")
     tools = env_tools(env) if env and needs_tools else None
+    problem = next((p for p in map(schema_problem, tools or []) if p is not None), None)
+    if problem is not None:
+        raise ValueError(f"source 'tasks': env lists an unusable tool schema: {problem}")
     return [parse_row(row, file, line, options, tools) for file, line, row in rows]

@@ -1,0 +1,117 @@
+"""serve-env's world model in-process: calls shaped one per act turn as the warm start laid them out,
+the engine built once, arguments bounded before anything is rehearsed, a call the budget cannot reach
+left out of the session's history, sessions bounded, and the tools served from a saved manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envace.commands import serve_env
+from envace.commands.serve_env import NOT_REHEARSED, USER_TURN, Sessions, WorldModel, served_world
+from envace.data.sources import SourceSpec
+from envace.rollout import RolloutLimits
+from envace.rollout.responders import ToolTurn
+from envace.types import Task, ToolCall
+
+TOOLS = [
+    {"name": "place_order", "description": "Order a product.", "parameters": {"type": "object",
+     "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}}, "required": ["sku", "quantity"]}},
+    {"name": "order_status", "description": "The state of an order.", "parameters": {"type": "object",
+     "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}},
+]  # fmt: skip
+CALLS = [ToolCall("place_order", {"sku": "MUG", "quantity": 2}), ToolCall("order_status", {"order_id": "A1"})]
+
+
+@pytest.fixture(scope="module")
+def world() -> WorldModel:
+    from envace.commands.show import load_actor
+
+    limits = RolloutLimits(max_rehearse_tokens=4, max_episode_tokens=8192)
+    return WorldModel(load_actor("tiny", None, None, 0), TOOLS, "You are the shop.", limits, max_argument_bytes=1000)
+
+
+def test_a_session_is_one_call_per_act_turn_as_the_warm_start(world: WorldModel) -> None:
+    from types import SimpleNamespace
+
+    from envace.protocol import render_calls
+    from envace.rollout.reference import DONE
+
+    task = Task("s", "serve-env", system_prompt="", tools=TOOLS, user_turns=[USER_TURN], gold=[CALLS])
+    oracle = world.rollout().engine
+    acts = [oracle.text_for(SimpleNamespace(task=task, turn=0, steps_in_turn=k)) for k in range(3)]
+    assert acts == [render_calls("", [CALLS[0]]), render_calls("", [CALLS[1]]), DONE]  # not both in one turn
+
+
+def test_the_engine_is_built_once(world: WorldModel, monkeypatch) -> None:
+    import envace.rollout as rollout
+
+    first = world.rollout()  # built here (or by an earlier test of this module's world)
+    built = []
+    make_engine = rollout.make_engine
+    monkeypatch.setattr(rollout, "make_engine", lambda *a, **k: built.append(1) or make_engine(*a, **k))
+    world.rehearse(CALLS[:1])
+    world.rehearse(CALLS)
+    assert world.rollout() is first and built == []  # never built again
+
+
+def test_oversize_arguments_are_refused_before_anything_is_rehearsed(world: WorldModel, monkeypatch) -> None:
+    monkeypatch.setattr(world, "rehearse", lambda calls: pytest.fail("rehearsed an oversize call"))
+    history: list[ToolCall] = []
+    response, failed = world.answer(history, ToolCall("place_order", {"sku": "x" * 2000, "quantity": 1}))
+    assert failed and response["error"]["code"] == "INVALID_ARGUMENTS" and "max_argument_bytes" in str(response)
+    assert history == []
+
+
+def turn(response: dict, stopped: bool = True) -> ToolTurn:
+    return ToolTurn(response, ids=[7, 8], logprobs=[0.0, 0.0], stopped=stopped)
+
+
+def test_a_call_the_budget_cannot_reach_does_not_end_the_session(world: WorldModel, monkeypatch) -> None:
+    placed = turn({"id": "A1"})
+    history = [(CALLS[0], placed)]
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed])  # the budget ended before the new call
+    assert world.answer(history, CALLS[1]) == (NOT_REHEARSED, True)
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, turn({"state": "se"}, stopped=False)])
+    assert world.answer(history, CALLS[1]) == ({"state": "se"}, False)
+    assert history == [(CALLS[0], placed)]  # neither joined: the next call is rehearsed after the calls that were
+    sent = turn({"state": "sent"})
+    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, sent])
+    assert world.answer(history, CALLS[1]) == ({"state": "sent"}, False) and history[-1] == (CALLS[1], sent)
+
+
+def test_earlier_turns_are_written_again_not_rehearsed_again(world: WorldModel) -> None:
+    encode = world.policy.tokenizer
+    ids = encode('{"id": "A1"}', add_special_tokens=False)["input_ids"]
+    placed = ToolTurn({"id": "A1"}, ids=ids, logprobs=[0.0] * len(ids), stopped=True)
+    stats = world.rollout().responder.rehearsal.engine.stats
+    before = (stats.tokens, stats.calls)
+    turns = world.turns(CALLS, [placed])
+    assert turns[0] is placed and len(turns) == 2  # the known turn as it was, the new call's rehearsed
+    assert stats.calls - before[1] == 1 and stats.tokens - before[0] <= world.limits.max_rehearse_tokens
+
+
+def test_sessions_are_bounded_in_count_and_idle_time() -> None:
+    now = [0.0]
+    sessions = Sessions(max_sessions=3, idle_s=10.0, clock=lambda: now[0])
+    for i in range(1000):
+        now[0] = i * 0.001
+        sessions.history(f"s{i}").append(CALLS[0])
+    assert list(sessions.live) == ["s997", "s998", "s999"]
+    now[0] = 100.0
+    assert sessions.history("new") == [] and list(sessions.live) == ["new"]
+
+
+def test_tools_are_served_from_the_saved_manifest_without_the_real_server(tmp_path: Path) -> None:
+    rows = tmp_path / "tasks.jsonl"
+    rows.write_text(json.dumps({"user_turns": ["hi"], "tools": TOOLS, "system_prompt": "You are the shop."}) + "\n")
+    export = tmp_path / "export"
+    export.mkdir()
+    source = SourceSpec("tasks", "all", str(rows))
+    assert served_world(source, str(export)) == (TOOLS, "You are the shop.")  # listed, then saved
+    assert serve_env.manifest_path(str(export)).is_file()
+    rows.unlink()  # no source, no server: the manifest serves
+    assert served_world(source, str(export)) == (TOOLS, "You are the shop.")
+    assert serve_env.manifest_path(str(tmp_path / "last.ckpt")) == tmp_path / "last.ckpt.tools.json"
