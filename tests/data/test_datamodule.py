@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import jsonargparse
@@ -246,7 +247,22 @@ class _Sharded(_Recorder):
         pass
 
 
-def test_fsdp_on_one_device_in_bf16_true_receives_step_batches(tokenizer) -> None:
+@pytest.fixture()
+def launcher_state_restored():
+    """A one-process FSDP fit sets the launcher's variables (``LOCAL_RANK``, ``MASTER_PORT``, ...) in this
+    process and leaves a process group: a later test that forks or spawns workers would take itself for
+    a launched rank (the two-process FSDP test then waits for a peer that never starts). Undone here."""
+    saved = dict(os.environ)
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_fsdp_on_one_device_in_bf16_true_receives_step_batches(tokenizer, launcher_state_restored) -> None:
     """FSDP2 on one process (the GPU check's fit): Lightning re-creates the training loader around a
     DistributedSampler, which a resumable StepLoader cannot take; ``bf16-true`` converts the batch,
     whose tasks must come through as they are."""

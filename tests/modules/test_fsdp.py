@@ -3,6 +3,7 @@ configs/fsdp/8gpu.yaml, with rollouts inside the step and a sharded checkpoint t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import torch
 import torch.distributed as dist
 
 ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER_VARS = ("LOCAL_RANK", "NODE_RANK", "GLOBAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "PL_TRAINER_GPUS", "GROUP_RANK")  # fmt: skip
 pytestmark = [
     pytest.mark.slow,  # two fits in two spawned processes each
     pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed gloo"),
@@ -21,7 +24,10 @@ pytestmark = [
 def _fit(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "envace.cli", "fit", "--config", str(ROOT / "configs" / "smoke.yaml"), "--config",
            str(ROOT / "configs" / "fsdp" / "cpu2.yaml"), *extra]  # fmt: skip
-    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
+    # a launcher's variables left in this process by another test would make the fit take itself for a
+    # launched rank and wait for a peer that never starts: the fit gets the environment a user's shell has
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_two_process_fsdp_trains_and_resumes_from_a_sharded_checkpoint(tmp_path: Path) -> None:
