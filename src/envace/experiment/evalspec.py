@@ -6,24 +6,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from envace.envs import DriftSpec
 from envace.rollout.engine.sampling import SamplingConfig
 from envace.rollout.loop import RolloutLimits
 
 NO_DRIFT = "none"
+#: the source of each benchmark an experiment can evaluate
+SOURCES = {"bfcl": "bfcl-multi-turn", "shopworld": "shopworld"}
 
 
 @dataclass
 class EvalSpec:
-    """How every policy of the grid is evaluated: held-out BFCL multi-turn tasks, committed against the
-    real environment and scored by bfcl-eval's official checker, with and without private rehearsal.
+    """How every policy of the grid is evaluated: held-out tasks committed against the real environment
+    and scored by the benchmark's own scorer, with and without private rehearsal.
 
     Args:
-        splits: ``val`` (unseen scenarios of the training API classes) and ``test`` (unseen classes),
-            reported apart.
-        categories: BFCL multi-turn categories.
+        benchmark: ``bfcl`` (BFCL multi-turn, bfcl-eval's official checker) or ``shopworld``
+            (docs/shopworld.md: ``gold-writes``, checked against the state-replay oracle; its task ids
+            name their stratum, which a hypothesis's ``where: {task: ...}`` selects).
+        splits: BFCL's ``val`` (unseen scenarios of the training API classes) and ``test`` (unseen
+            classes); ShopWorld's ``tune`` and ``test``; reported apart.
+        categories: BFCL multi-turn categories (ShopWorld: every stratum is evaluated).
         max_user_turns: cut every task to its first user turns (the training episodes' length).
         max_prompt_tokens: keep the tasks whose prompt fits (as training's ``val_max_prompt_tokens``).
         tasks_per_split: at most this many tasks per split, spread over the split (``None``: all).
@@ -48,6 +53,7 @@ class EvalSpec:
             base config, not ``fit_args``, so a grid whose runs sample on vLLM says so here too.
     """
 
+    benchmark: Literal["bfcl", "shopworld"] = "bfcl"
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
     categories: list[str] = field(default_factory=lambda: ["multi_turn_base"])
     max_user_turns: int = 1
@@ -64,6 +70,8 @@ class EvalSpec:
     rehearsal_seeds: list[int] | None = None
 
     def __post_init__(self) -> None:
+        if self.benchmark not in SOURCES:
+            raise ValueError(f"evaluation.benchmark must be one of {', '.join(SOURCES)}, got {self.benchmark!r}")
         labels = [label for label, _ in drift_entries(self)]
         if len(set(labels)) != len(labels):
             raise ValueError(f"evaluation.drift names a drift twice: {', '.join(labels)}")

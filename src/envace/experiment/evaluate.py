@@ -1,4 +1,5 @@
-"""The ``eval`` unit of an experiment: one policy on held-out BFCL multi-turn tasks.
+"""The ``eval`` unit of an experiment: one policy on held-out tasks (BFCL multi-turn; or ShopWorld,
+``evaluation.benchmark: shopworld``, scored by ``gold-writes`` instead of bfcl-eval's checker).
 
 Per split (``val``: unseen scenarios of the training API classes; ``test``: unseen classes), per task:
 
@@ -33,7 +34,7 @@ from envace.data.pools import spread
 from envace.data.sources import SourceSpec
 from envace.data.sources.bfcl import TRAIN_CLASSES
 from envace.envs import drifted_task
-from envace.experiment.evalspec import EvalSpec, drift_entries, setting_label
+from envace.experiment.evalspec import SOURCES, EvalSpec, drift_entries, setting_label
 from envace.experiment.grid import ExperimentConfig, Unit
 from envace.metrics.fidelity import score_pair
 from envace.protocol.tokens import PieceEncoder
@@ -55,11 +56,14 @@ def base_settings(base: str) -> dict[str, Any]:
 
 def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]:
     """The split's tasks, cut to their first user turns, those whose prompt fits, spread to the cap."""
-    tasks = SourceSpec("bfcl-multi-turn", split, options={"categories": list(spec.categories)}).load()
+    options = {"categories": list(spec.categories)} if spec.benchmark == "bfcl" else {}
+    tasks = SourceSpec(SOURCES[spec.benchmark], split, options=options).load()
     tasks = [t.first_turns(spec.max_user_turns) for t in tasks]
     if spec.max_prompt_tokens is not None:
         encoder = PieceEncoder(tokenizer)
         tasks = [t for t in tasks if prompt_tokens(t, encoder, fmt) <= spec.max_prompt_tokens]
+    if spec.tasks_per_split and spec.benchmark == "shopworld":  # strata cycle in source order: a spread would
+        return tasks[: spec.tasks_per_split]  # alias with the cycle, the first ones keep the shares
     return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
 
 
@@ -82,12 +86,13 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     fidelity: list[dict[str, Any]] = []
     for split in spec.splits:
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
-        chosen = TaskFilter(categories=list(spec.categories), split=split, task_ids=[t.id for t in tasks],
+        categories = list(spec.categories) if spec.benchmark == "bfcl" else None
+        chosen = TaskFilter(categories=categories, split=split, task_ids=[t.id for t in tasks],
                             max_user_turns=spec.max_user_turns)  # fmt: skip
         for reimagine, n_values in evaluate_calls(spec, unit.seed):
             modes: Any = list(spec.modes)
             imagination = ImaginationConfig(n_values=n_values, modes=modes, reimagine=reimagine)
-            result = evaluate("bfcl", policy, tasks=chosen, imagination=imagination, limits=limits,
+            result = evaluate(spec.benchmark, policy, tasks=chosen, imagination=imagination, limits=limits,
                               sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
                               drift=drifting, out=None, quiet=True)  # fmt: skip
             items += [_item(split, it, reimagine) for it in result.items]
