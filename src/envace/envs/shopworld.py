@@ -29,6 +29,7 @@ N_PRODUCTS = len(KINDS) * len(COLOURS) * len(STYLES)
 SKU_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: a copied SKU is unambiguous
 MAX_RESULTS = 4  # search results per call: the distractor knob (m)
 FIRST_ORDER = 1001
+TOOLS = ("search_products", "place_order", "order_status", "cancel_order", "list_orders")
 WRITE_TOOLS = ("place_order", "cancel_order")
 
 
@@ -194,6 +195,3 @@ def final_state(calls: list[tuple[str, dict[str, Any]]], orders: list[dict[str, 
         elif name not in WRITE_TOOLS and "error" not in answer:
             reads.append((name, dict(sorted(args.items()))))
     return {"book": world.orders, "reads": reads, "refused_writes": refused}
-
-
-TOOLS = ("search_products", "place_order", "order_status", "cancel_order", "list_orders")
