@@ -15,6 +15,7 @@ assigns — a rehearsal that invents another id makes the calls that use it wron
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from envace.rewards.base import RewardOutput
@@ -44,6 +45,21 @@ def call_key(call: ToolCall) -> str:
     return json.dumps([call.name, _canonical(call.arguments)], sort_keys=True, default=str)
 
 
+def _per_turn(
+    task: Task, traj: Trajectory, kept: Callable[[ToolCall], bool]
+) -> tuple[list[float], list[bool], list[list[ToolCall]]]:
+    """Per user turn, the F1 of the whole ``kept`` calls made against the gold's (1.0 when neither has
+    one) and whether they are equal in order; and the calls made, per turn."""
+    made = calls_per_turn(traj.messages)
+    turns, exact = [], []
+    for i, gold in enumerate(task.gold):
+        calls = made[i] if i < len(made) else []
+        gold_keys, made_keys = [call_key(c) for c in gold if kept(c)], [call_key(c) for c in calls if kept(c)]
+        turns.append(prf(gold_keys, made_keys)[2])
+        exact.append(gold_keys == made_keys)
+    return turns, exact, made
+
+
 def gold_calls(task: Task, traj: Trajectory) -> RewardOutput:
     """Score = mean per-turn F1 of whole calls against the gold; success = every turn exact (module docstring).
 
@@ -60,13 +76,7 @@ def gold_calls(task: Task, traj: Trajectory) -> RewardOutput:
     """
     if not task.gold:
         raise ValueError(f"task {task.id} has no gold calls: the gold-calls reward needs them (or name another reward)")
-    made = calls_per_turn(traj.messages)
-    turns, exact = [], []
-    for i, gold in enumerate(task.gold):
-        calls = made[i] if i < len(made) else []
-        gold_keys, made_keys = [call_key(c) for c in gold], [call_key(c) for c in calls]
-        turns.append(prf(gold_keys, made_keys)[2])
-        exact.append(gold_keys == made_keys)
+    turns, exact, made = _per_turn(task, traj, lambda call: True)
     score = sum(turns) / len(turns)
     details = {"turn_f1": turns, "turns_exact": sum(exact), "turns": len(turns), "n_called": sum(map(len, made))}
     return RewardOutput(score=score, success=all(exact), details=details)
@@ -93,13 +103,6 @@ def gold_writes(task: Task, traj: Trajectory) -> RewardOutput:
     if not task.gold or not isinstance(scored, list):
         raise ValueError(f"task {task.id}: the gold-writes reward needs gold calls and extra.scored_tools")
     names = set(scored)
-    made = calls_per_turn(traj.messages)
-    turns, exact = [], []
-    for i, gold in enumerate(task.gold):
-        calls = made[i] if i < len(made) else []
-        gold_keys = [call_key(c) for c in gold if c.name in names]
-        made_keys = [call_key(c) for c in calls if c.name in names]
-        turns.append(prf(gold_keys, made_keys)[2] if gold_keys or made_keys else 1.0)
-        exact.append(gold_keys == made_keys)
+    turns, exact, made = _per_turn(task, traj, lambda call: call.name in names)
     details = {"turn_f1": turns, "n_called": sum(map(len, made))}
     return RewardOutput(score=sum(turns) / len(turns), success=all(exact), details=details)
