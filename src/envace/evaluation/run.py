@@ -36,6 +36,7 @@ from envace.evaluation.progress import Progress
 from envace.evaluation.provenance import git_commit, versions
 from envace.evaluation.report import Row, make_rows, sort_rows, to_markdown, write_outputs
 from envace.evaluation.shopworld import ShopWorldBenchmark
+from envace.evaluation.tasks import TasksBenchmark
 from envace.evaluation.tau2 import Tau2Benchmark, model_user
 from envace.evaluation.users import UserSimConfig
 from envace.inference import ImaginationConfig, imagining_rollout
@@ -44,6 +45,8 @@ from envace.rollout import ExternalSimulator, Responder, RolloutLimits, Sampling
 from envace.types import Task
 
 BenchmarkName = Literal["bfcl", "tau2", "vitabench", "finmcp", "shopworld"]
+#: a user's own tasks, a split of a fit config's ``tasks`` source (:mod:`envace.evaluation.tasks`)
+OwnTasks = Literal["tasks"]
 REFERENCE_LIMITS = {"max_new_tokens": 16_384, "max_calls_per_step": 64, "max_episode_tokens": 10**7}
 
 
@@ -101,9 +104,12 @@ def run_setting(
 
 
 def _benchmark(
-    name: BenchmarkName, tasks: TaskFilter, user: UserSimConfig, solo: bool, trials: int, simulator: str | None,
-    model: PolicyConfig, sampling: SamplingConfig,
+    name: BenchmarkName | OwnTasks, tasks: TaskFilter, user: UserSimConfig, solo: bool, trials: int,
+    simulator: str | None, model: PolicyConfig, sampling: SamplingConfig,
 ) -> Benchmark:  # fmt: skip
+    if name == "tasks":
+        return TasksBenchmark(tasks)
+
     def load(n: str) -> Policy:
         return load_eval_policy(n, model)
 
@@ -146,7 +152,7 @@ def _headline(bench: Benchmark, rows: list[Row]) -> tuple[str, str]:
 
 
 def evaluate(
-    benchmark: BenchmarkName = "bfcl",
+    benchmark: BenchmarkName | OwnTasks = "bfcl",
     policy: str | Policy = "smollm2-135m",
     tasks: TaskFilter | None = None,
     imagination: ImaginationConfig | None = None,
@@ -168,7 +174,8 @@ def evaluate(
 
     Args:
         benchmark: ``bfcl``, ``tau2``, ``vitabench``, ``finmcp`` (OpenAI-chat logs with recorded results) or
-            ``shopworld`` (docs/shopworld.md).
+            ``shopworld`` (docs/shopworld.md); ``tasks``: your own, a split of a fit config's tasks
+            (``--tasks.path <fit config> --tasks.split test``; :mod:`envace.evaluation.tasks`).
         policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
             (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``;
             or a policy already loaded by :func:`load_eval_policy` (``model`` is then not used to load it).
