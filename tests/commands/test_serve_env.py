@@ -1,5 +1,6 @@
 """``envace serve-env`` answers an MCP client's tools/list and tools/call (the SDK's client, over stdio
-and over HTTP on 127.0.0.1), and its answers are the checkpoint's own greedy rehearsal of the same calls."""
+and over HTTP on 127.0.0.1, two clients at once), and its answers are the checkpoint's own greedy
+rehearsal of the same calls."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -102,8 +104,11 @@ def test_serve_env_over_http_on_loopback(served: Path) -> None:
                     break
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.2)
-        names, answers = _client_answers(ServerSpec(url=f"http://127.0.0.1:{port}/mcp", call_timeout_s=120))
-        assert names == ["place_order", "order_status"] and answers == _own_rehearsal(served)
+        spec = ServerSpec(url=f"http://127.0.0.1:{port}/mcp", call_timeout_s=120)
+        with ThreadPoolExecutor(2) as clients:  # two clients at once, each its own MCP session
+            both = list(clients.map(lambda _: _client_answers(spec), range(2)))
+        own = _own_rehearsal(served)
+        assert both == [(["place_order", "order_status"], own)] * 2  # neither saw the other's calls
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=20)

@@ -1,16 +1,20 @@
 """serve-env's world model in-process: calls shaped one per act turn as the warm start laid them out,
 the engine built once, arguments bounded before anything is rehearsed, a call the budget cannot reach
-left out of the session's history, sessions bounded, and the tools served from a saved manifest."""
+left out of the session's history, sessions bounded, two sessions' calls rehearsed at once and every
+wait bounded (``BUSY``), and the tools served from a saved manifest."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from envace.commands import serve_env
-from envace.commands.serve_env import NOT_REHEARSED, USER_TURN, Sessions, WorldModel, served_world
+from envace.commands.serve_env import NOT_REHEARSED, USER_TURN, WorldModel, served_world
+from envace.commands.serve_sessions import Session, Sessions
 from envace.data.sources import SourceSpec
 from envace.rollout import RolloutLimits
 from envace.rollout.responders import ToolTurn
@@ -40,7 +44,8 @@ def test_a_session_is_one_call_per_act_turn_as_the_warm_start(world: WorldModel)
     from envace.rollout.reference import DONE
 
     task = Task("s", "serve-env", system_prompt="", tools=TOOLS, user_turns=[USER_TURN], gold=[CALLS])
-    oracle = world.rollout().engine
+    with world.pool.lend(-1) as (_, rollout):
+        oracle = rollout.engine
     acts = [oracle.text_for(SimpleNamespace(task=task, turn=0, steps_in_turn=k)) for k in range(3)]
     assert acts == [render_calls("", [CALLS[0]]), render_calls("", [CALLS[1]]), DONE]  # not both in one turn
 
@@ -48,13 +53,14 @@ def test_a_session_is_one_call_per_act_turn_as_the_warm_start(world: WorldModel)
 def test_the_engine_is_built_once(world: WorldModel, monkeypatch) -> None:
     import envace.rollout as rollout
 
-    first = world.rollout()  # built here (or by an earlier test of this module's world)
+    with world.pool.lend(-1) as (index, first):  # built here (or by an earlier test of this module's world)
+        pass
     built = []
     make_engine = rollout.make_engine
     monkeypatch.setattr(rollout, "make_engine", lambda *a, **k: built.append(1) or make_engine(*a, **k))
     world.rehearse(CALLS[:1])
     world.rehearse(CALLS)
-    assert world.rollout() is first and built == []  # never built again
+    assert world.pool.workers[index] is first and built == []  # never built again
 
 
 def test_oversize_arguments_are_refused_before_anything_is_rehearsed(world: WorldModel, monkeypatch) -> None:
@@ -72,13 +78,13 @@ def turn(response: dict, stopped: bool = True) -> ToolTurn:
 def test_a_call_the_budget_cannot_reach_does_not_end_the_session(world: WorldModel, monkeypatch) -> None:
     placed = turn({"id": "A1"})
     history = [(CALLS[0], placed)]
-    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed])  # the budget ended before the new call
+    monkeypatch.setattr(world, "turns", lambda *calls, **known: [placed])  # the budget ended before the new call
     assert world.answer(history, CALLS[1]) == (NOT_REHEARSED, True)
-    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, turn({"state": "se"}, stopped=False)])
+    monkeypatch.setattr(world, "turns", lambda *calls, **known: [placed, turn({"state": "se"}, stopped=False)])
     assert world.answer(history, CALLS[1]) == ({"state": "se"}, False)
     assert history == [(CALLS[0], placed)]  # neither joined: the next call is rehearsed after the calls that were
     sent = turn({"state": "sent"})
-    monkeypatch.setattr(world, "turns", lambda calls, known=None: [placed, sent])
+    monkeypatch.setattr(world, "turns", lambda *calls, **known: [placed, sent])
     assert world.answer(history, CALLS[1]) == ({"state": "sent"}, False) and history[-1] == (CALLS[1], sent)
 
 
@@ -86,7 +92,8 @@ def test_earlier_turns_are_written_again_not_rehearsed_again(world: WorldModel) 
     encode = world.policy.tokenizer
     ids = encode('{"id": "A1"}', add_special_tokens=False)["input_ids"]
     placed = ToolTurn({"id": "A1"}, ids=ids, logprobs=[0.0] * len(ids), stopped=True)
-    stats = world.rollout().responder.rehearsal.engine.stats
+    with world.pool.lend(-1) as (_, rollout):
+        stats = rollout.responder.rehearsal.engine.stats  # the one worker the calls below find free
     before = (stats.tokens, stats.calls)
     turns = world.turns(CALLS, [placed])
     assert turns[0] is placed and len(turns) == 2  # the known turn as it was, the new call's rehearsed
@@ -115,3 +122,53 @@ def test_tools_are_served_from_the_saved_manifest_without_the_real_server(tmp_pa
     rows.unlink()  # no source, no server: the manifest serves
     assert served_world(source, str(export)) == (TOOLS, "You are the shop.")
     assert serve_env.manifest_path(str(tmp_path / "last.ckpt")) == tmp_path / "last.ckpt.tools.json"
+
+
+def _meeting(world: WorldModel, monkeypatch, parties: int) -> threading.Barrier:
+    """Every rollout run of ``world`` waits (5 s at most) until ``parties`` runs are inside at once."""
+    from envace.rollout.loop import Rollout
+
+    barrier, run = threading.Barrier(parties, timeout=5), Rollout.run
+
+    def meet(self, *args, **kwargs):
+        barrier.wait()
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Rollout, "run", meet)
+    return barrier
+
+
+def test_two_sessions_calls_are_rehearsed_at_once(monkeypatch) -> None:
+    from envace.commands.show import load_actor
+
+    limits = RolloutLimits(max_rehearse_tokens=4, max_episode_tokens=8192)
+    world = WorldModel(load_actor("tiny", None, None, 0), TOOLS, "You are the shop.", limits, workers=2)
+    alone = world.serve(Session(), CALLS[0])  # builds worker 0 before anything waits
+    _meeting(world, monkeypatch, parties=2)  # under one lock for every client, the second never enters
+    sessions = Sessions()
+    answers: dict[str, tuple] = {}
+
+    def client(key: str) -> None:
+        answers[key] = world.serve(sessions.session(key), CALLS[0])
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert answers == {"a": alone, "b": alone}  # both inside at once, each its own greedy answer
+    assert {sessions.session(k).worker for k in "ab"} == {0, 1}
+
+
+def test_a_sessions_second_call_waits_for_its_first_and_no_wait_is_unbounded(world: WorldModel) -> None:
+    session = Session()
+    busy_world = WorldModel(world.policy, TOOLS, "You are the shop.", world.limits, workers=1, busy_s=0.2)
+    with session.lock:  # its first call still being answered
+        began = time.monotonic()
+        response, failed = busy_world.serve(session, CALLS[0])
+    assert failed and response["error"]["code"] == "BUSY" and time.monotonic() - began < 5
+    assert session.history == []
+    with busy_world.pool.lend(-1):  # the one worker lent to another session's call
+        response, failed = busy_world.serve(Session(), CALLS[0])
+    assert failed and response["error"]["code"] == "BUSY" and "--busy_s" in response["error"]["message"]
+    assert busy_world.serve(Session(), CALLS[0])[0].get("error", {}).get("code") != "BUSY"  # free again

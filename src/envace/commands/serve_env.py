@@ -8,20 +8,21 @@ beside a ``.ckpt``) when it has one, so no real server is needed; else from the 
 the config's first training source, saved as the manifest for the next start.
 
 The rehearsal is the training path itself, not a second one: a :class:`~envace.rollout.loop.Rollout`
-(built once, with its engine) whose act turns are the session's calls, ONE CALL PER ACT TURN as the
-warm start laid them out (:class:`StepwiseOracle`), and whose tool turns
-:class:`~envace.rollout.PolicyRehearsal` writes, decoded greedily. Greedy decoding makes the served
-history reproducible, so each call re-runs the session's calls so far and answers the last one.
+(one per worker, each built once with its engine) whose act turns are the session's calls, ONE CALL
+PER ACT TURN as the warm start laid them out (:class:`StepwiseOracle`), and whose tool turns
+:class:`~envace.rollout.PolicyRehearsal` writes, decoded greedily; the earlier tool turns are written
+again as sampled (:class:`SessionReplay`), so only the new call is rehearsed.
 
 Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's
 schema, and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not
 parse, answers ``isError`` with the error object as JSON text; a call the rehearsal cannot reach
 within ``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history,
 so the session goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1
-only) each MCP session has its own history, at most ``--max_sessions`` of them, each forgotten after
-``--session_idle_s`` idle (:class:`Sessions`). ``--check N`` instead rehearses N responses to the val
-tasks' gold calls beside the real server's (the same lockstep as validation) and prints their
-fidelity (exact match, key F1, value F1, ...).
+only) each MCP session has its own history and lock, at most ``--max_sessions`` of them, each forgotten
+after ``--session_idle_s`` idle; different sessions' calls run at once on ``--workers`` workers, and no
+call waits over ``--busy_s`` (``BUSY``; :mod:`envace.commands.serve_sessions`). ``--check N`` instead
+rehearses N responses to the val tasks' gold calls beside the real server's (the same lockstep as
+validation) and prints their fidelity (exact match, key F1, value F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -31,12 +32,11 @@ fidelity (exact match, key F1, value F1, ...).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import sys
 import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from envace.commands.serve_sessions import Pool, Session, Sessions, busy
 from envace.data.sources import SourceSpec
 from envace.data.sources.records import read_json
 from envace.envs.base import SizeBounds, json_size, unusable_arguments
@@ -128,7 +129,7 @@ class SessionReplay(Responder):
 
 @dataclass
 class WorldModel:
-    """The policy's rehearse role over one tool set, greedy; its engine built once, at the first call.
+    """The policy's rehearse role over one tool set, greedy; its sampling weights made once, at the first call.
 
     Args:
         policy: a loaded policy (:func:`envace.evaluation.policies.load_eval_policy`).
@@ -136,6 +137,10 @@ class WorldModel:
         system_prompt: the system turn of the learned tasks.
         limits: the rollout limits (``max_rehearse_tokens`` bounds each response).
         max_argument_bytes: a call whose arguments are longer is ``INVALID_ARGUMENTS``, nothing rehearsed.
+        workers: rehearsals run at once (:class:`~envace.commands.serve_sessions.Pool`): each worker an
+            engine of its own (whose kept keys and values are not shared between threads) over the one
+            sampling copy of the weights; the engines' row caches share the one token bound.
+        busy_s: the longest a call waits for its session's earlier call or for a worker; then ``BUSY``.
     """
 
     policy: Any
@@ -145,40 +150,67 @@ class WorldModel:
         default_factory=lambda: RolloutLimits(max_rehearse_tokens=128, max_episode_tokens=8192)
     )
     max_argument_bytes: int = SizeBounds.max_argument_bytes
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    _rollout: Any = field(default=None, init=False, repr=False)
-    _replay: Any = field(default=None, init=False, repr=False)
+    workers: int = 2
+    busy_s: float = 30.0
+    pool: Pool[Any] = field(init=False, repr=False)  # of rollouts, each responder a SessionReplay
+    _sampler: Any = field(default=None, init=False, repr=False)
+    _made: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def rollout(self) -> Any:
-        """The rollout every rehearsal runs through (built once: the engine and its sampling copy)."""
+    def __post_init__(self) -> None:
+        self.pool = Pool(self.worker, self.workers, self.busy_s)
+
+    def sampler(self) -> Any:
+        """The weights every worker samples from (the engine's sampling copy, made once)."""
+        from envace.rollout import GenerationEngine, make_engine
+
+        with self._made:
+            if self._sampler is None:
+                self.policy.model.eval()  # once: no worker's stream toggles train/eval under another's
+                tokenizer, fmt = self.policy.tokenizer, self.policy.fmt
+                engine = make_engine(self.policy.model, tokenizer, fmt, SamplingConfig(temperature=0.0))
+                self._sampler = engine.sampler() if isinstance(engine, GenerationEngine) else self.policy.model
+            return self._sampler
+
+    def worker(self, index: int) -> Any:
+        """Worker ``index``: the rollout its rehearsals run through (its own engine over :meth:`sampler`)."""
         from envace.protocol.tokens import PieceEncoder
         from envace.rollout import make_engine
         from envace.rollout.loop import Rollout
 
-        if self._rollout is None:
-            tokenizer, fmt = self.policy.tokenizer, self.policy.fmt
-            engine = make_engine(self.policy.model, tokenizer, fmt, SamplingConfig(temperature=0.0))
-            steps = dict(max_steps_per_turn=MAX_SESSION_CALLS + 1, max_calls_per_step=1, max_new_tokens=4096)
-            oracle, self._replay = StepwiseOracle(tokenizer, engine.stop_ids), SessionReplay(PolicyRehearsal(engine))
-            limits = dataclasses.replace(self.limits, **steps)
-            self._rollout = Rollout(oracle, fmt, PieceEncoder(tokenizer), self._replay, limits, lockstep=True,
-                                    validate_calls=False)  # fmt: skip
-        return self._rollout
+        tokenizer = self.policy.tokenizer if index == 0 else copy.deepcopy(self.policy.tokenizer)  # not shared
+        rows = SamplingConfig().row_cache_tokens // self.workers
+        sampling = SamplingConfig(temperature=0.0, pack_weights=False, row_cache_tokens=rows)
+        engine = make_engine(self.sampler(), tokenizer, self.policy.fmt, sampling)
+        steps = dict(max_steps_per_turn=MAX_SESSION_CALLS + 1, max_calls_per_step=1, max_new_tokens=4096)
+        oracle, replay = StepwiseOracle(tokenizer, engine.stop_ids), SessionReplay(PolicyRehearsal(engine))
+        limits = dataclasses.replace(self.limits, **steps)
+        return Rollout(oracle, self.policy.fmt, PieceEncoder(tokenizer), replay, limits, lockstep=True,
+                       validate_calls=False)  # fmt: skip
 
-    def turns(self, calls: list[ToolCall], known: list[ToolTurn] | None = None) -> list[ToolTurn]:
+    def turns(
+        self, calls: list[ToolCall], known: list[ToolTurn] | None = None, session: Session | None = None
+    ) -> list[ToolTurn] | None:
         """The tool turns of ``calls``, made in this order in one session: the first ``len(known)``
-        written again as ``known`` holds them, the rest rehearsed."""
+        written again as ``known`` holds them, the rest rehearsed; ``None`` when no worker came free
+        within ``busy_s``. A ``session`` prefers the worker that served it last, and records this one."""
         task = Task("serve-env", "serve-env", system_prompt=self.system_prompt, tools=self.tools,
                     user_turns=[USER_TURN], gold=[list(calls)])  # fmt: skip
-        with self.lock:  # one rehearsal at a time: the engine's caches are the model's
-            rollout = self.rollout()
-            self._replay.known, self._replay.made = list(known or []), []
+        with self.pool.lend(session.worker if session is not None else -1) as lent:
+            if lent is None:
+                return None
+            index, rollout = lent
+            rollout.responder.known, rollout.responder.made = list(known or []), []
             rollout.run([task], 1, seeds=[0])
-            return list(self._replay.made)
+            if session is not None:
+                session.worker = index
+            return list(rollout.responder.made)
 
     def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
         """The rehearsed responses of ``calls``, made in this order in one session (all rehearsed)."""
-        return [turn.response for turn in self.turns(calls)]
+        turns = self.turns(calls)
+        if turns is None:
+            raise RuntimeError(f"no rehearsal worker free within {self.busy_s:g} s")
+        return [turn.response for turn in turns]
 
     def refusal(self, call: ToolCall) -> JSON | None:
         """The error of a call that is not rehearsed: not a valid call of a served tool, or over the size bound."""
@@ -190,7 +222,9 @@ class WorldModel:
             return error_observation(CallError.INVALID_ARGUMENTS, f"{call.name}: {reason}")
         return validate_call(call, self.tools)
 
-    def answer(self, history: list[tuple[ToolCall, ToolTurn]], call: ToolCall) -> tuple[JSON, bool]:
+    def answer(
+        self, history: list[tuple[ToolCall, ToolTurn]], call: ToolCall, session: Session | None = None
+    ) -> tuple[JSON, bool]:
         """``(response, is_error)`` of ``call`` after the session's ``history``; a rehearsal that ended
         at its end-of-turn joins the history, one cut short by its budget does not (nor a call the
         episode's budget cannot reach): the session goes on with the calls it had."""
@@ -199,58 +233,37 @@ class WorldModel:
             return error, True
         if len(history) >= MAX_SESSION_CALLS:
             return error_observation("SESSION_FULL", f"a session holds at most {MAX_SESSION_CALLS} calls"), True
-        turns = self.turns([c for c, _ in history] + [call], [t for _, t in history])
+        turns = self.turns([c for c, _ in history] + [call], [t for _, t in history], session)
+        if turns is None:
+            return busy("rehearsal worker", self.busy_s), True
         if len(turns) != len(history) + 1:
             return NOT_REHEARSED, True
         if turns[-1].stopped:
             history.append((call, turns[-1]))
         return turns[-1].response, is_error(turns[-1].response)
 
+    def serve(self, session: Session, call: ToolCall) -> tuple[JSON, bool]:
+        """:meth:`answer` under the session's own lock (other sessions' calls go on meanwhile), waited for
+        at most ``busy_s``: a session's calls are answered one after the other, in the order they came."""
+        if not session.lock.acquire(timeout=self.busy_s):
+            return busy("turn of this session (its earlier call is still being answered)", self.busy_s), True
+        try:
+            return self.answer(session.history, call, session)
+        finally:
+            session.lock.release()
+
     def check(self, tasks: list[Task], n: int) -> dict[str, float]:
         """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most
         ``n`` of them: each has one call or more) against the real server's, in lockstep."""
         tasks = tasks[:n]
-        with self.lock:
-            rollout = self.rollout()
-            self._replay.known = []
-            episodes = rollout.run(tasks, 1, seeds=list(range(len(tasks))))
+        with self.pool.lend(-1) as lent:
+            if lent is None:
+                raise RuntimeError(f"no rehearsal worker free within {self.busy_s:g} s")
+            lent[1].responder.known = []
+            episodes = lent[1].run(tasks, 1, seeds=list(range(len(tasks))))
         pairs = [score_pair(p.rehearsed, p.real) for ep in episodes for p in ep.fidelity][:n]
         out = {name: fmean(getattr(s, name) for s in pairs) if pairs else float("nan") for name in SCORES}
         return {**out, "pairs": float(len(pairs)), "tasks": float(len(tasks))}
-
-
-class Sessions:
-    """The call histories of the live MCP sessions, bounded: at most ``max_sessions`` (the least recently
-    used one forgotten first) and none idle for more than ``idle_s`` seconds.
-
-    >>> s = Sessions(max_sessions=2, idle_s=60.0, clock=iter([0, 1, 2, 100]).__next__)
-    >>> s.history("a").append("x"); s.history("b"); s.history("c")  # "a" is the least recently used
-    []
-    []
-    >>> sorted(s.live), s.history("b")  # at t=100 every session has been idle for over a minute
-    (['b', 'c'], [])
-    >>> len(s.live)
-    1
-    """
-
-    def __init__(self, max_sessions: int = 256, idle_s: float = 1800.0, clock: Any = time.monotonic):
-        if max_sessions < 1 or not idle_s > 0:
-            raise ValueError(f"max_sessions must be >= 1 and session_idle_s > 0, got {max_sessions}, {idle_s}")
-        self.max_sessions, self.idle_s, self.clock = max_sessions, idle_s, clock
-        self.live: OrderedDict[str, tuple[float, list[Any]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def history(self, key: str) -> list[Any]:
-        """Session ``key``'s calls so far (a new session's: empty), after forgetting the idle and the oldest."""
-        with self._lock:
-            now = self.clock()
-            while self.live and now - next(iter(self.live.values()))[0] > self.idle_s:
-                self.live.popitem(last=False)
-            calls = self.live.pop(key, (now, []))[1]
-            self.live[key] = (now, calls)
-            while len(self.live) > self.max_sessions:
-                self.live.popitem(last=False)
-            return calls
 
 
 def mcp_server(world: WorldModel, sessions: Sessions | None = None) -> Any:
@@ -268,9 +281,9 @@ def mcp_server(world: WorldModel, sessions: Sessions | None = None) -> Any:
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         headers = getattr(getattr(ctx, "request", None), "headers", None)
-        history = sessions.history(headers.get("mcp-session-id", "") if headers is not None else "stdio")
+        session = sessions.session(headers.get("mcp-session-id", "") if headers is not None else "stdio")
         call = ToolCall(params.name, dict(params.arguments or {}))
-        response, failed = await anyio.to_thread.run_sync(world.answer, history, call)
+        response, failed = await anyio.to_thread.run_sync(world.serve, session, call)  # sessions in parallel
         text = json.dumps(response, ensure_ascii=False)
         structured = response if isinstance(response, dict) and not failed else None  # the JSON as text too
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
@@ -331,6 +344,8 @@ def serve_env(
     max_argument_bytes: int = SizeBounds.max_argument_bytes,
     max_sessions: int = 256,
     session_idle_s: float = 1800.0,
+    workers: int = 2,
+    busy_s: float = 30.0,
     policy: str = "smollm2-135m",
 ) -> int:
     """Serve a trained policy's rehearse role as an MCP server (see the module docstring).
@@ -345,6 +360,8 @@ def serve_env(
         max_argument_bytes: a call whose arguments are longer (UTF-8 JSON) is ``INVALID_ARGUMENTS``.
         max_sessions: most sessions held at once (the least recently used is forgotten first).
         session_idle_s: a session idle for longer is forgotten.
+        workers: rehearsals run at once, for different sessions (each holds its own engine rows).
+        busy_s: the longest a call waits for a worker or its session's earlier call before it answers ``BUSY``.
         policy: the base model of a ``.ckpt`` that does not name one.
     """
     from envace.commands.show import load_actor
@@ -353,7 +370,7 @@ def serve_env(
     tools, system_prompt = served_world(train, checkpoint)
     model = load_actor(policy, checkpoint, None, 0)
     limits = RolloutLimits(max_rehearse_tokens=max_rehearse_tokens, max_episode_tokens=8192)
-    world = WorldModel(model, tools, system_prompt, limits, max_argument_bytes)
+    world = WorldModel(model, tools, system_prompt, limits, max_argument_bytes, workers, busy_s)
     if check:
         if val is None:
             raise ValueError(f"--check needs data.val_sources in {fit_config}")
