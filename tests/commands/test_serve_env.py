@@ -1,6 +1,6 @@
 """``envace serve-env`` answers an MCP client's tools/list and tools/call (the SDK's client, over stdio
 and over HTTP on 127.0.0.1, two clients at once), and its answers are the checkpoint's own greedy
-rehearsal of the same calls."""
+rehearsal of the same calls; ``--check`` reports every fidelity score, decision F1 included."""
 
 from __future__ import annotations
 
@@ -129,3 +129,19 @@ def test_check_scores_n_rehearsed_responses_against_the_real_server(served: Path
     scores = world.check(tasks, 2)
     assert scores["pairs"] == 2 and scores["tasks"] == 2
     assert 0.0 <= scores["value_f1"] <= 1.0 and scores["exact_match"] == 0.0  # an untrained model matches nothing
+    assert 0.0 <= scores["decision_f1"] <= 1.0  # the ids, SKUs, prices a next call reuses: scored too
+
+
+def test_check_prints_decision_f1(served: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    import shutil
+
+    from envace.commands.serve_env import serve_env
+
+    export = shutil.copytree(served / "export", tmp_path / "export")  # its manifest will name the shop's tools
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the config names the shop's files from the root
+    assert serve_env(fit_config="configs/mcp_example.yaml", checkpoint=str(export), check=2,
+                     max_rehearse_tokens=8, policy="tiny") == 0  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert "rehearsed 2 responses to the gold calls of 2 val tasks" in printed[0]
+    assert printed[1].split()[::2] == ["json_valid", "exact_match", "key_f1", "value_f1", "error_agreement",
+                                       "decision_f1"]  # fmt: skip

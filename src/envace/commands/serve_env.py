@@ -22,7 +22,7 @@ only) each MCP session has its own history and lock, at most ``--max_sessions`` 
 after ``--session_idle_s`` idle; different sessions' calls run at once on ``--workers`` workers, and no
 call waits over ``--busy_s`` (``BUSY``; :mod:`envace.commands.serve_sessions`). ``--check N`` instead
 rehearses N responses to the val tasks' gold calls beside the real server's (the same lockstep as
-validation) and prints their fidelity (exact match, key F1, value F1, ...).
+validation) and prints their fidelity (exact match, key F1, value F1, decision F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -48,7 +48,7 @@ from envace.commands.serve_sessions import Pool, Session, Sessions, busy
 from envace.data.sources import SourceSpec
 from envace.data.sources.records import read_json
 from envace.envs.base import SizeBounds, json_size, unusable_arguments
-from envace.metrics.fidelity import score_pair
+from envace.metrics.fidelity import NAMES, score_pair
 from envace.protocol import render_calls
 from envace.protocol.parse import CallError, validate_call
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig
@@ -64,7 +64,9 @@ NOT_REHEARSED = error_observation(
 )
 #: the most calls one session holds (its episode's act steps)
 MAX_SESSION_CALLS = 256
-SCORES = ("json_valid", "exact_match", "key_f1", "value_f1", "error_agreement")
+#: what ``--check`` reports: every fidelity score, ``decision_f1`` (the ids, SKUs, prices, stock and
+#: statuses a next call reuses) included
+SCORES = NAMES
 
 
 def read_sources(config: str) -> tuple[SourceSpec, SourceSpec | None]:
