@@ -1,0 +1,122 @@
+"""serve-env's answers over a session: are calls 2-10 as valid as call 1? (#53, item 4)
+
+    PYTHONPATH=src python studies/own_tools/serve_validity.py --checkpoint <ckpt or export> [--sessions 4] [--calls 10]
+
+The shop example's test tasks (examples/shop_mcp/tasks/test.jsonl), their gold calls in file order cut
+into sessions of ``--calls`` calls. Each session's calls run in one real shop session (one stdio server
+process) and are answered by serve-env's world model in one served session
+(:class:`envace.commands.serve_env.WorldModel`, ``answer(history, call)``: the method the MCP server
+calls, greedy, ``--max_rehearse_tokens`` as serve-env's default). Per answer, beside the real shop's
+answer to the same call in the same session: parseable (``json_valid``), right shape (the same key
+paths: ``key_f1`` = 1) and ``decision_f1`` (ids, SKUs, prices, statuses a next call reuses); each for
+call 1 and for calls 2 to ``--calls``. Run it with ``PYTHONPATH`` on another checkout's ``src`` for
+that code's figures (the base's ``answer`` takes the same arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from envace.commands import serve_env
+from envace.commands.show import load_actor
+from envace.data.sources import load_source
+from envace.envs.base import make_environment
+from envace.metrics.fidelity import json_valid, key_set_f1
+from envace.rollout import RolloutLimits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _decision_f1() -> Any:
+    """``decision_f1`` of the code run; ``None`` in code before it (``--rescore`` the saved rows with this checkout)."""
+    try:
+        from envace.metrics.fidelity import decision_f1
+    except ImportError:
+        return None
+    return decision_f1
+
+
+decision_f1 = _decision_f1()
+ENV = {"kind": "mcp", "server": {"command": "python", "args": [str(ROOT / "examples/shop_mcp/server.py")]}}
+
+
+def sessions(n: int, calls: int) -> tuple[list[Any], list[list[Any]]]:
+    """The test tasks and ``n`` sessions of ``calls`` gold calls each (the first task's env runs them)."""
+    tasks = load_source("tasks", split="test", path=str(ROOT / "examples/shop_mcp/tasks"), env=ENV)
+    flat = [c for t in tasks for turn in t.gold for c in turn]
+    return tasks, [flat[i * calls : (i + 1) * calls] for i in range(n) if len(flat) >= (i + 1) * calls]
+
+
+def real_answers(task: Any, calls: list[Any]) -> list[Any]:
+    env = make_environment(task)
+    assert env is not None
+    try:
+        return [env.execute(c) for c in calls]
+    finally:
+        env.close()
+
+
+def score(rehearsed: Any, real: Any) -> dict[str, float]:
+    valid = json_valid(rehearsed)
+    decision = float("nan") if decision_f1 is None else decision_f1(rehearsed, real) if valid else 0.0
+    return {"parseable": float(valid), "right_shape": float(valid and key_set_f1(rehearsed, real) == 1.0),
+            "decision_f1": decision}  # fmt: skip
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scores of call 1 and of the later calls, each a mean over the sessions' calls."""
+    out: dict[str, Any] = {}
+    for name, group in (
+        ("call_1", [r for r in rows if r["call"] == 1]),
+        ("calls_2+", [r for r in rows if r["call"] > 1]),
+    ):
+        out[name] = {m: round(fmean(r[m] for r in group), 3) for m in ("parseable", "right_shape", "decision_f1")}
+        out[name].update(n=len(group), p50_s=sorted(r["seconds"] for r in group)[len(group) // 2])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default=None, help="a .ckpt or export folder; default: --policy as packaged")
+    parser.add_argument(
+        "--policy", default="smollm2-135m", help="the model (tiny, smollm2-135m), or the base of a .ckpt"
+    )
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--max_rehearse_tokens", type=int, default=128)
+    parser.add_argument("--rows", default=None, help="write every answer beside the real one here (JSON lines)")
+    parser.add_argument("--rescore", default=None, help="score the rows a run wrote (no model) with this code")
+    args = parser.parse_args()
+    if args.rescore:
+        rows = [json.loads(line) for line in Path(args.rescore).read_text().splitlines()]
+        rows = [{**r, **score(r["rehearsed"], r["real"])} for r in rows]
+        print(json.dumps({"rows": args.rescore, "sessions": len({r["session"] for r in rows}), **summary(rows)}))
+        return
+    tasks, plan = sessions(args.sessions, args.calls)
+    limits = RolloutLimits(max_rehearse_tokens=args.max_rehearse_tokens, max_episode_tokens=8192)
+    world = serve_env.WorldModel(load_actor(args.policy, args.checkpoint, None, 0), serve_env.served_tools(tasks),
+                                 tasks[0].system_prompt, limits)  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    for s, calls in enumerate(plan):
+        history: list[Any] = []
+        for k, (call, real) in enumerate(zip(calls, real_answers(tasks[0], calls), strict=True)):
+            t0 = time.perf_counter()
+            rehearsed, _ = world.answer(history, call)
+            rows.append({"session": s, "call": k + 1, "seconds": round(time.perf_counter() - t0, 2),
+                         **score(rehearsed, real), "rehearsed": rehearsed, "real": real})  # fmt: skip
+    if args.rows:
+        Path(args.rows).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(json.dumps({"code": serve_env.__file__, "checkpoint": args.checkpoint, "sessions": len(plan),
+                      "seconds": round(time.perf_counter() - began, 1), **summary(rows)}))  # fmt: skip
+    for r in rows[: args.calls]:  # the first session, call by call
+        print(json.dumps({k: r[k] for k in ("call", "rehearsed", "real")}, ensure_ascii=False)[:400])
+
+
+if __name__ == "__main__":
+    main()
