@@ -7,10 +7,11 @@ into sessions of ``--calls`` calls. Each session's calls run in one real shop se
 process) and are answered by serve-env's world model in one served session
 (:class:`envace.commands.serve_env.WorldModel`, ``answer(history, call)``: the method the MCP server
 calls, greedy, ``--max_rehearse_tokens`` as serve-env's default). Per answer, beside the real shop's
-answer to the same call in the same session: parseable (``json_valid``), right shape (the same key
-paths: ``key_f1`` = 1) and ``decision_f1`` (ids, SKUs, prices, statuses a next call reuses); each for
-call 1 and for calls 2 to ``--calls``. Run it with ``PYTHONPATH`` on another checkout's ``src`` for
-that code's figures (the base's ``answer`` takes the same arguments).
+answer to the same call in the same session: parseable (``json_valid``, and not serve-env's own
+``NOT_REHEARSED``), right shape (the same key paths: ``key_f1`` = 1) and ``decision_f1`` (ids, SKUs,
+prices, statuses a next call reuses); each for call 1 and for calls 2 to ``--calls``. Run it with
+``PYTHONPATH`` on another checkout's ``src`` for that code's figures (the base's ``answer`` takes the
+same arguments).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def _decision_f1() -> Any:
 
 
 decision_f1 = _decision_f1()
+#: serve-env's own refusals: no rehearsal was written, so nothing parseable was answered
+UNANSWERED = ("NOT_REHEARSED", "BUSY", "SESSION_FULL")
 ENV = {"kind": "mcp", "server": {"command": "python", "args": [str(ROOT / "examples/shop_mcp/server.py")]}}
 
 
@@ -62,7 +65,8 @@ def real_answers(task: Any, calls: list[Any]) -> list[Any]:
 
 
 def score(rehearsed: Any, real: Any) -> dict[str, float]:
-    valid = json_valid(rehearsed)
+    code = rehearsed.get("error", {}).get("code") if isinstance(rehearsed, dict) else None
+    valid = json_valid(rehearsed) and code not in UNANSWERED
     decision = float("nan") if decision_f1 is None else decision_f1(rehearsed, real) if valid else 0.0
     return {"parseable": float(valid), "right_shape": float(valid and key_set_f1(rehearsed, real) == 1.0),
             "decision_f1": decision}  # fmt: skip
