@@ -1,5 +1,8 @@
 """The ``eval`` unit of an experiment: one policy on held-out tasks (BFCL multi-turn; or ShopWorld,
-``evaluation.benchmark: shopworld``, scored by ``gold-writes`` instead of bfcl-eval's checker).
+``evaluation.benchmark: shopworld``, scored by ``gold-writes`` instead of bfcl-eval's checker; or BFCL
+single-turn AST items, ``evaluation.benchmark: bfcl-single``, the first act step judged by bfcl-eval's
+``ast_checker``, each item labelled ``<split>:<category>`` so that the report reads every category apart,
+and no gold-call fidelity: nothing answers its calls).
 
 Per split (``val``: unseen scenarios of the training API classes; ``test``: unseen classes), per task:
 
@@ -56,7 +59,7 @@ def base_settings(base: str) -> dict[str, Any]:
 
 def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]:
     """The split's tasks, cut to their first user turns, those whose prompt fits, spread to the cap."""
-    options = {"categories": list(spec.categories)} if spec.benchmark == "bfcl" else {}
+    options = {"categories": list(spec.categories)} if spec.benchmark != "shopworld" else {}
     tasks = SourceSpec(SOURCES[spec.benchmark], split, options=options).load()
     tasks = [t.first_turns(spec.max_user_turns) for t in tasks]
     if spec.max_prompt_tokens is not None:
@@ -86,7 +89,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     fidelity: list[dict[str, Any]] = []
     for split in spec.splits:
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
-        categories = list(spec.categories) if spec.benchmark == "bfcl" else None
+        categories = list(spec.categories) if spec.benchmark != "shopworld" else None
         chosen = TaskFilter(categories=categories, split=split, task_ids=[t.id for t in tasks],
                             max_user_turns=spec.max_user_turns)  # fmt: skip
         for reimagine, n_values in evaluate_calls(spec, unit.seed):
@@ -95,9 +98,10 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
             result = evaluate(spec.benchmark, policy, tasks=chosen, imagination=imagination, limits=limits,
                               sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
                               drift=drifting, out=None, quiet=True)  # fmt: skip
-            items += [_item(split, it, reimagine) for it in result.items]
+            items += [_item(spec.stratum(split, it.category), it, reimagine) for it in result.items]
         rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
-        fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
+        if spec.answers_calls:
+            fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
     out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
     if unit.drift is not None:

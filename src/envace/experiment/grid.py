@@ -126,7 +126,7 @@ class ExperimentConfig:
             "arms": list(self.arms),
             "seeds": list(self.seeds),
             "reference_arm": self.reference_arm,
-            "splits": list(ev.splits),
+            "splits": ev.strata(),  # the report's columns: the splits, or bfcl-single's split:category
             "settings": settings,
             "config": asdict(self),
         }
