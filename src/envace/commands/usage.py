@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 from envace.commands.errors import UsageError, did_you_mean, import_class, init_parameters, unknown_key
 
 #: an option asking the help of a group below the module: --model[.init_args].<a>[.<b>...].help
 NESTED_HELP = re.compile(r"^--model(?:\.init_args)?((?:\.\w+)+)\.help$")
-DEFAULT_MODULE = "EnvACEModule"
 
 HYPERPARAMETERS = """\
 hyperparameters (every one documented where it is declared):
@@ -51,25 +49,14 @@ def overview(commands: dict[str, str], aliases: dict[str, str], version: str) ->
 
 
 def module_class(args: list[str]) -> type:
-    """The LightningModule a command line trains: its ``--model`` value, else its configs' last
-    ``model.class_path``, else :data:`DEFAULT_MODULE`."""
-    import yaml
-
+    """The LightningModule a fit command line (a help request taken out) trains, as ``envace fit``
+    resolves it from its ``--config`` files, ``--model`` and overrides; ``EnvACEModule`` when they name
+    none (:data:`envace.commands.fit_config.STAND_INS`)."""
     from envace import modules
+    from envace.commands.fit_config import load_fit_config
 
-    name = DEFAULT_MODULE
-    for i, arg in enumerate(args):
-        following = args[i + 1] if i + 1 < len(args) else None
-        if arg == "--model" and following is not None:
-            name = following
-        elif arg.startswith("--model="):
-            name = arg.split("=", 1)[1]
-        elif arg in ("-c", "--config") and following is not None:
-            if not Path(following).is_file():
-                raise UsageError(f"--config: no such file: {following}")
-            config = yaml.safe_load(Path(following).read_text()) or {}
-            name = ((config.get("model") or {}) if isinstance(config, dict) else {}).get("class_path", name)
-    found = import_class(name) if "." in name else getattr(modules, name, None)
+    name = load_fit_config(args, partial=True).model.class_path
+    found = import_class(name)
     if not (isinstance(found, type) and issubclass(found, modules.PolicyModule)):
         known = [n for n in dir(modules) if isinstance(getattr(modules, n), type) and n.endswith("Module")]
         raise UsageError(f"--model {name}: not an envace module{did_you_mean(name, known)} ({', '.join(known)})")
@@ -119,8 +106,8 @@ def nested_help(subcommand: str, args: list[str]) -> str | None:
         return None
     index, match = asked
     path = match.group(1).strip(".").split(".")
-    cls = resolve_group(module_class(args), path)
     choice = args[index + 1] if index + 1 < len(args) and not args[index + 1].startswith("-") else None
+    cls = resolve_group(module_class(args[:index] + args[index + 1 + (choice is not None) :]), path)
     if choice is not None:
         chosen = _subclass(cls, choice)
         if chosen is None:

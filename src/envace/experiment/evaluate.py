@@ -30,8 +30,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import yaml
-
 from envace.data.datamodule import prompt_tokens
 from envace.data.pools import spread
 from envace.data.sources import SourceSpec
@@ -48,13 +46,12 @@ from envace.types import Task
 SCORES = ("value_f1", "key_f1", "json_valid", "error_agreement", "decision_f1")
 
 
-def base_settings(base: str) -> dict[str, Any]:
-    """The base fit config's ``model.init_args`` (limits, tool style, chat format, sampling)."""
-    try:
-        config = yaml.safe_load(Path(base).read_text())
-        return dict(config["model"]["init_args"])
-    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{base}: cannot read model.init_args ({type(exc).__name__}: {exc})") from exc
+def fit_settings(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The ``model.init_args`` every fit of the grid shares (limits, tool style, chat format, sampling),
+    as plain values: its base config and ``fit_args`` read as ``envace fit`` reads them, defaults included."""
+    from envace.commands.fit_config import load_fit_config
+
+    return dict(load_fit_config(["--config", cfg.base, *cfg.fit_args]).model.init_args.as_dict())
 
 
 def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]:
@@ -78,12 +75,12 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     from envace.evaluation.policies import PolicyConfig, load_eval_policy
     from envace.inference import ImaginationConfig
 
-    spec, model = cfg.evaluation, base_settings(cfg.base)
+    spec, model = cfg.evaluation, fit_settings(cfg)
     drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
     drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
-    limits = RolloutLimits(**{**model.get("limits", {}), **spec.limits})
-    sampling = SamplingConfig(**{**model.get("sampling", {}), **spec.sampling, "temperature": spec.temperature})
-    loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
+    limits = RolloutLimits(**{**(model["limits"] or {}), **spec.limits})
+    sampling = SamplingConfig(**{**(model["sampling"] or {}), **spec.sampling, "temperature": spec.temperature})
+    loading = PolicyConfig(chat_format=model["chat_format"], tool_style=model["tool_style"])
     policy = load_eval_policy(str(checkpoint), loading)
     items: list[dict[str, Any]] = []
     fidelity: list[dict[str, Any]] = []
