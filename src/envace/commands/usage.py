@@ -48,6 +48,20 @@ def overview(commands: dict[str, str], aliases: dict[str, str], version: str) ->
     return "\n".join([*lines, HYPERPARAMETERS])
 
 
+def command_parser(prog: str, description: str) -> Any:
+    """The jsonargparse parser of a command built from ``add_argument`` calls (flags without values,
+    choices): its ``--help`` keeps the description's lines (a module docstring) and shows every
+    option's type and default, as the other commands' do."""
+    import argparse
+
+    from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+    class Layout(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        """jsonargparse's help, the description as written."""
+
+    return ArgumentParser(prog=prog, description=description, formatter_class=Layout, default_env=False)
+
+
 def module_class(args: list[str]) -> type:
     """The LightningModule a fit command line (a help request taken out) trains, as ``envace fit``
     resolves it from its ``--config`` files, ``--model`` and overrides; ``EnvACEModule`` when they name
