@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from compare_fits import paired  # scripts/: the same paired interval as the fit comparison's
 
 from envace.bench.common import make_module, trained_policy
+from envace.commands.fit_config import load_fit_config
 from envace.data.datamodule import EnvACEDataModule
 from envace.rollout import RolloutLimits, SamplingConfig
 
@@ -56,8 +56,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = yaml.safe_load(Path(args.config).read_text())
-    model_args, data_args = cfg["model"]["init_args"], cfg["data"]
+    cfg = load_fit_config(["--config", args.config])  # as envace fit reads it
+    model_args, data_args = cfg.model.init_args.as_dict(), cfg.data.as_dict()
     name = model_args["policy"]["name_or_path"]
     data = EnvACEDataModule(**{**data_args, "tool_style": model_args["tool_style"], "warm_start": False})
     data.setup("fit")
