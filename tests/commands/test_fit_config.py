@@ -78,3 +78,9 @@ def test_the_nested_help_is_of_the_module_the_command_line_trains(
         assert rc == 2 and "unknown option '--model.responder.help'" in out.err
     else:
         assert rc == 0 and "subclasses: " in out.out and "RealEnvironment" in out.out
+
+
+def test_the_nested_help_of_no_module_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--model", "NoSuchModule", "--model.optim.help"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) <= 2 and "model: " in err and "NoSuchModule" in err

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any
 
-from envace.commands.errors import UsageError, did_you_mean, import_class, init_parameters, unknown_key
+from envace.commands.errors import UsageError, import_class, init_parameters, unknown_key
 
 #: an option asking the help of a group below the module: --model[.init_args].<a>[.<b>...].help
 NESTED_HELP = re.compile(r"^--model(?:\.init_args)?((?:\.\w+)+)\.help$")
@@ -66,14 +66,10 @@ def module_class(args: list[str]) -> type:
     """The LightningModule a fit command line (a help request taken out) trains, as ``envace fit``
     resolves it from its ``--config`` files, ``--model`` and overrides; ``EnvACEModule`` when they name
     none (:data:`envace.commands.fit_config.STAND_INS`)."""
-    from envace import modules
     from envace.commands.fit_config import load_fit_config
 
-    name = load_fit_config(args, partial=True).model.class_path
-    found = import_class(name)
-    if not (isinstance(found, type) and issubclass(found, modules.PolicyModule)):
-        known = [n for n in dir(modules) if isinstance(getattr(modules, n), type) and n.endswith("Module")]
-        raise UsageError(f"--model {name}: not an envace module{did_you_mean(name, known)} ({', '.join(known)})")
+    found = import_class(load_fit_config(args, partial=True).model.class_path)
+    assert found is not None, "the parser takes the class path of a PolicyModule only"
     return found
 
 
