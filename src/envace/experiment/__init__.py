@@ -37,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
 
         reporting = command_parser("envace experiment report", "The report of a grid, from its result files only.")
         reporting.add_argument("results", metavar="FOLDER", help="the grid's results folder (its config's results:)")
-        print(write_report(Path(reporting.parse_args(args[1:]).results)))
+        reporting.add_argument(
+            "--n_boot",
+            type=int,
+            default=2000,
+            help="bootstrap replicates per interval (a study's rules may declare more)",
+        )
+        read = reporting.parse_args(args[1:])
+        print(write_report(Path(read.results), read.n_boot))
         return 0
     parser = command_parser("envace experiment", __doc__ or "")
     parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
