@@ -29,6 +29,7 @@ from envace.bench.common import make_module, trained_policy
 from envace.commands.fit_config import load_fit_config
 from envace.data.datamodule import EnvACEDataModule
 from envace.rollout import RolloutLimits, SamplingConfig
+from envace.types import TRUNCATED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def roll(module: Any, tasks: list[Any]) -> dict[str, Any]:
     rewards = [module.reward(ep).score for ep in episodes]
     return {
         "rewards": rewards,
-        "truncated": sum("truncated" in ep.flags for ep in episodes) / len(episodes),
+        "truncated": sum(TRUNCATED in ep.flags for ep in episodes) / len(episodes),
         "format_errors": sum(ep.format_errors for ep in episodes) / len(episodes),
         "wall_seconds": round(wall, 1),
     }
