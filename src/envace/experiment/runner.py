@@ -52,7 +52,7 @@ def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     configs, variant = ["--config", cfg.base], list[str]()
     if unit.kind == "run":
         overlay, variant = cfg.run_args(unit.arm)
-        configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{overlay}.yaml")]
+        configs += ["--config", str(cfg.arm_config(overlay))]
     out = [
         *configs,
         *cfg.fit_args,
