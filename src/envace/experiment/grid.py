@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -25,6 +23,7 @@ import yaml
 
 from envace.experiment.evalspec import EvalSpec, drift_entries, setting_label
 from envace.paths import cache_dir
+from envace.types import UsageError
 
 KINDS = ("warm_start", "run", "eval")
 WARM = "warm_start"
@@ -298,21 +297,21 @@ def load_config(path: str) -> ExperimentConfig:
 
 
 def check_overlays(cfg: ExperimentConfig, path: str) -> None:
-    """Every run whose recipe or variant is a mapping overlay, parsed by the fit's own parser (``envace fit
-    ... --print_config``: the base config, the arm's overlay, ``fit_args``, then the run's settings), so a
-    wrong key or value is one line naming it when the config is loaded, not when that run starts. Lists of
-    arguments are left to their fits, as before."""
+    """Every run whose recipe or variant is a mapping overlay, parsed by the fit's own parser
+    (:func:`~envace.commands.fit_config.load_fit_config`: the base config, the arm's overlay, ``fit_args``,
+    then the run's settings), so a wrong key or value is one line naming it when the config is loaded,
+    not when that run starts. Lists of arguments are left to their fits, as before."""
+    from envace.commands.fit_config import load_fit_config
+
     for arm in cfg.arms:
         overlay, _, variant = arm.partition("+")
         if not isinstance(cfg.recipe, dict) and not isinstance(cfg.variants.get(variant), dict):
             continue
         _, args = cfg.run_args(arm)
-        fit = ["--config", cfg.base, "--config", str(cfg.arm_config(overlay)), *cfg.fit_args, *args]
-        out = subprocess.run([sys.executable, "-m", "envace.cli", "fit", *fit, "--print_config"],
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
-        if out.returncode != 0:
-            why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
-            raise ValueError(f"{path}: arm {arm}: the fit's parser refuses its recipe or variant: {why}")
+        try:
+            load_fit_config(["--config", cfg.base, "--config", str(cfg.arm_config(overlay)), *cfg.fit_args, *args])
+        except UsageError as exc:
+            raise ValueError(f"{path}: arm {arm}: the fit's parser refuses its recipe or variant: {exc}") from None
 
 
 def source_config(cfg: ExperimentConfig) -> ExperimentConfig:
