@@ -37,8 +37,6 @@ LAYERS = (
 EXCEPTIONS = {
     ("envace.data.memory_notes", "envace.inference.memory"): "one renderer of the memory note (a leaf on types)",
     ("envace.rollout.episode", "envace.inference.memory"): "the episode's imagined turns (type only; a leaf on types)",
-    ("envace.rewards", "envace.envs.pytools"): "the python-env reward, registered by name until envs.pytools "
-    "registers it itself",
 }
 REGISTRY = re.compile(r"envace(?:\.\w+)+(?::\w+)?")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,42 @@ def test_each_command_help_names_the_command(name: str, capsys: pytest.CaptureFi
     assert main([name, "--help"]) == 0
     shown = "show" if name == "rehearse" else name
     assert capsys.readouterr().out.startswith(f"usage: envace {shown} ")
+
+
+SUBCOMMANDS = [["experiment", "report"], ["data", "prepare"]]
+
+
+@pytest.mark.parametrize("command", [[n] for n in EVERY_COMMAND] + SUBCOMMANDS, ids=" ".join)
+def test_every_help_comes_from_one_parser_family(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """jsonargparse's help (LightningCLI's parser is one): its own line for ``--help`` (argparse's reads
+    "show this help message and exit")."""
+    assert re.search(r"-h, --help +Show this help message and exit\.", _help(capsys, *command))
+
+
+def test_export_bench_and_experiment_keep_their_flags() -> None:
+    """Flags without values, choices, defaults and ``--no-report``'s dash, as under argparse."""
+    from envace.bench import parse_args
+    from envace.commands.export import parser
+
+    args = parser().parse_args(["--ckpt", "a.ckpt", "--out", "folder", "--adapters", "--force"])
+    assert (args.ckpt, args.out, args.role, args.adapters, args.force, args.base, args.dtype) == (
+        "a.ckpt", "folder", "act", True, True, None, None)  # fmt: skip
+    assert not parser().parse_args(["--ckpt", "a", "--out", "b", "--role", "rehearse"]).adapters
+    bench = parse_args(["--quick", "--only", "peak, layout", "--threads", "1"])
+    assert (bench.quick, bench.sections, bench.threads, bench.engine, bench.model) == (
+        True, ["peak", "layout"], 1, "envace", None)  # fmt: skip
+
+
+def test_experiment_flags_and_report_usage(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--config CONFIG  the experiment config" in _help(capsys, "experiment")
+    assert "--no-report      do not write the report at the end (default: False)" in _help(capsys, "experiment")
+    assert "required: results" in bad_input(capsys, work, "experiment", "report")
+    assert "did you mean '--no-report'?" in bad_input(capsys, work, "experiment", "--config", "x.yaml", "--no-reprt")
+
+
+def _help(capsys: pytest.CaptureFixture[str], *command: str) -> str:
+    assert main([*command, "--help"]) == 0
+    return capsys.readouterr().out
 
 
 def test_fit_help_offers_no_automatic_optimizer(capsys: pytest.CaptureFixture[str]) -> None:

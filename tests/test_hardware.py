@@ -111,7 +111,7 @@ def test_the_choice_is_described_in_one_line(no_bf16) -> None:
 
 @pytest.mark.parametrize("forced", ["native", "none"])
 def test_the_trainer_resolves_auto_precision(monkeypatch, capsys, forced: str) -> None:
-    from envace.cli import trainer_class
+    from envace.commands.fit_config import trainer_class
 
     monkeypatch.setenv(hardware.ENV, forced)
     hardware._announced.clear()

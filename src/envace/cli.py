@@ -3,7 +3,8 @@
 ``fit`` and ``validate`` are LightningCLI's (the modules have no ``test_step`` or ``predict_step``,
 so ``test`` and ``predict`` are not offered; the optimizer is the module's ``optim``, so neither are
 LightningCLI's ``--optimizer`` and ``--lr_scheduler``); the other commands are a module's
-``main(argv)`` (:data:`COMMANDS`). A bad command line, a missing file or an unknown model name is
+``main(argv)`` (:data:`COMMANDS`). The LightningCLI, and the one loader every command reads a fit
+config with, are :mod:`envace.commands.fit_config`. A bad command line, a missing file or an unknown model name is
 one or two lines on stderr and exit status 2, found before anything is built
 (:mod:`envace.commands.errors`, :mod:`envace.commands.preflight`).
 
@@ -20,9 +21,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
 
 from envace.commands.errors import UsageError, did_you_mean, usage_errors
+from envace.commands.fit_config import lightning_cli
 
 #: every command: its ``module:function`` (``None``: LightningCLI) and its line in ``envace --help``
 COMMANDS: dict[str, tuple[str | None, str]] = {
@@ -54,107 +55,6 @@ def version() -> str:
         return installed("envace")
     except PackageNotFoundError:
         return "unknown (not installed: pip install -e .)"
-
-
-def _policy_name(policy: Any) -> str:
-    """The name_or_path of a parsed policy spec (a dataclass or, before instantiation, a namespace)."""
-    if policy is None:
-        return "smollm2-135m"
-    policy = getattr(policy, "init_args", policy)
-    return str(getattr(policy, "name_or_path", "smollm2-135m"))
-
-
-def trainer_class() -> type:
-    """Lightning's ``Trainer`` whose ``precision`` also takes ``auto`` (:mod:`envace.hardware`)."""
-    from lightning.pytorch import Trainer
-
-    from envace import hardware
-
-    class EnvACETrainer(Trainer):
-        """``Trainer`` with ``precision: auto``: bf16-mixed where the device computes bf16 natively,
-        else 32-true. The choice is printed once; an explicit bf16 on a CPU without it is warned about.
-
-        Args:
-            precision: ``auto`` or any Lightning precision (``32-true``, ``bf16-mixed``, ...).
-        """
-
-        def __init__(self, *args: Any, precision: str | int | None = "auto", **kwargs: Any) -> None:
-            device = _trainer_device(kwargs.get("accelerator", "auto"))
-            chosen = hardware.training_precision(precision, device)
-            if precision != "auto":
-                hardware.warn_if_slow("trainer.precision", str(chosen), device)
-            hardware.announce(hardware.describe("trainer.precision", precision, chosen, device))
-            super().__init__(*args, precision=chosen, **kwargs)  # type: ignore[arg-type]
-
-    return EnvACETrainer
-
-
-def _trainer_device(accelerator: Any) -> str:
-    """``cuda`` when the trainer will run on a CUDA device, else ``cpu``."""
-    import torch
-
-    name = accelerator if isinstance(accelerator, str) else type(accelerator).__name__
-    if name.lower().startswith("cpu"):
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def lightning_cli(args: list[str] | None = None, run: bool = True) -> Any:
-    """The LightningCLI of ``envace fit | validate`` (``run=False``: parse and instantiate only)."""
-    from lightning.pytorch.cli import LightningCLI
-    from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-    from envace.commands import preflight
-    from envace.data.datamodule import EnvACEDataModule
-    from envace.modules import PolicyModule
-
-    class EnvACECLI(LightningCLI):
-        @staticmethod
-        def subcommands() -> dict[str, set[str]]:
-            return {name: skip for name, skip in LightningCLI.subcommands().items() if name in ("fit", "validate")}
-
-        def add_arguments_to_parser(self, parser: Any) -> None:
-            # the datamodule tokenises with the model's tokenizer
-            parser.link_arguments("model.init_args.policy", "data.tokenizer", compute_fn=_policy_name)
-            parser.link_arguments("model.init_args.tool_style", "data.tool_style")
-            parser.link_arguments("model.init_args.chat_format", "data.chat_format")
-
-        def parse_arguments(self, parser: Any, args: Any) -> None:
-            """Parse ``args`` (given on purpose: no warning that sys.argv is set too), then check the files,
-            model names and loggers it names, before the seed is set or anything is built."""
-            self.config = parser.parse_args(args)
-            subcommand = self.config.get("subcommand")
-            preflight.check_fit_config(self.config[subcommand] if subcommand else self.config)
-
-        def instantiate_classes(self) -> None:
-            try:
-                super().instantiate_classes()
-            except (ValueError, MisconfigurationException) as exc:  # a config value a class refuses
-                raise UsageError(str(exc).strip().splitlines()[0]) from exc
-
-        def before_fit(self) -> None:
-            """``--ckpt_path last``: the run's latest last.ckpt across logger versions, or a one-line
-            refusal, never Lightning's silent start from step 0 (:mod:`envace.commands.resume`)."""
-            from envace.commands.resume import resolve_last
-
-            config = self.config_init[self.subcommand]
-            if config.get("ckpt_path") == "last":
-                config["ckpt_path"] = resolve_last(self.trainer)
-
-        before_validate = before_fit
-
-    return EnvACECLI(
-        PolicyModule,
-        EnvACEDataModule,
-        subclass_mode_model=True,
-        trainer_class=trainer_class(),
-        args=args,
-        run=run,
-        trainer_defaults={"default_root_dir": "runs"},
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={"default_env": False, "prog": "envace", "allow_abbrev": False},
-        auto_configure_optimizers=False,
-    )
 
 
 def _lightning(args: list[str]) -> int:

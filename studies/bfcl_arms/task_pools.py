@@ -4,38 +4,27 @@ docs/data.md quote about the training pools and the held-out set.
     python studies/bfcl_arms/task_pools.py studies/bfcl_arms/bfcl_cpu_v2.yaml
     python studies/bfcl_arms/task_pools.py studies/recipe_search/bfcl_cpu_tune3.yaml
 
-Training (the base config's data, with the experiment's ``--data.*`` fit arguments): the tasks kept,
-their families (a BFCL scenario with its categories), RL's share of them and the warm start's, and
-the grounded episodes that fit; how often the warm start sees each episode in its steps. Held-out
-(``evaluation``): per split, the first turns whose prompt fits and their families, then those the
-cap chose. Loads the tokenizer and grounds the training tasks (seconds); trains nothing.
+Training (the base config's data with the experiment's fit arguments, read as ``envace fit`` reads
+them): the tasks kept, their families (a BFCL scenario with its categories), RL's share of them and
+the warm start's, and the grounded episodes that fit; how often the warm start sees each episode in
+its steps. Held-out (``evaluation``): per split, the first turns whose prompt fits and their
+families, then those the cap chose. Loads the tokenizer and grounds the training tasks (seconds); trains nothing.
 """
 
 from __future__ import annotations
 
 import sys
 
-import yaml
-
 
 def main(path: str) -> None:
+    from envace.commands.fit_config import load_fit_config
     from envace.data.datamodule import EnvACEDataModule
     from envace.data.pools import family_of
     from envace.experiment import load_config
-    from envace.experiment.evaluate import base_settings, held_out
+    from envace.experiment.evaluate import held_out
 
     cfg = load_config(path)
-    with open(cfg.base) as f:
-        base = yaml.safe_load(f)
-    data = dict(base["data"])
-    args = cfg.fit_args
-    for flag, value in zip(args[::2], args[1::2], strict=True):
-        if flag.startswith("--data.") and flag != "--data.val_sources":
-            data[flag.removeprefix("--data.")] = yaml.safe_load(value)
-    model = base_settings(cfg.base)
-    dm = EnvACEDataModule(
-        **data, tool_style=model.get("tool_style", "json"), chat_format=model.get("chat_format", "auto")
-    )
+    dm = EnvACEDataModule(**load_fit_config(["--config", cfg.base, *cfg.fit_args]).data.as_dict())
     dm.setup()
 
     def families(tasks: list) -> int:

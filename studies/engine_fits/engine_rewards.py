@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from compare_fits import paired  # scripts/: the same paired interval as the fit comparison's
 
 from envace.bench.common import make_module, trained_policy
+from envace.commands.fit_config import load_fit_config
 from envace.data.datamodule import EnvACEDataModule
 from envace.rollout import RolloutLimits, SamplingConfig
+from envace.types import TRUNCATED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def roll(module: Any, tasks: list[Any]) -> dict[str, Any]:
     rewards = [module.reward(ep).score for ep in episodes]
     return {
         "rewards": rewards,
-        "truncated": sum("truncated" in ep.flags for ep in episodes) / len(episodes),
+        "truncated": sum(TRUNCATED in ep.flags for ep in episodes) / len(episodes),
         "format_errors": sum(ep.format_errors for ep in episodes) / len(episodes),
         "wall_seconds": round(wall, 1),
     }
@@ -56,8 +57,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = yaml.safe_load(Path(args.config).read_text())
-    model_args, data_args = cfg["model"]["init_args"], cfg["data"]
+    cfg = load_fit_config(["--config", args.config])  # as envace fit reads it
+    model_args, data_args = cfg.model.init_args.as_dict(), cfg.data.as_dict()
     name = model_args["policy"]["name_or_path"]
     data = EnvACEDataModule(**{**data_args, "tool_style": model_args["tool_style"], "warm_start": False})
     data.setup("fit")

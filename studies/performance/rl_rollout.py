@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from envace.bench.common import make_module, trained_policy
 from envace.data.datamodule import EnvACEDataModule
@@ -31,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def settings(config: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The model's init_args and the data section of a fit config."""
-    cfg = yaml.safe_load(config.read_text())
-    return cfg["model"]["init_args"], cfg["data"]
+    """The model's init_args and the data section of a fit config, read as ``envace fit`` reads them."""
+    from envace.commands.fit_config import load_fit_config
+
+    cfg = load_fit_config(["--config", str(config)])
+    return cfg.model.init_args.as_dict(), cfg.data.as_dict()
 
 
 def roll(module: Any, tasks: list[Any], continuous: bool, seeds: list[int]) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def test_check_scores_n_rehearsed_responses_against_the_real_server(served: Path
     from envace.rollout import RolloutLimits
 
     root = Path(__file__).resolve().parents[2]
-    train, val = read_sources(str(root / "configs" / "mcp_example.yaml"))
+    train, val, _ = read_sources(str(root / "configs" / "mcp_example.yaml"))
     assert val is not None and train.name == val.name == "tasks"
     tasks = [t.first_turns(1) for t in val.load()[:3]]
     world = WorldModel(load_actor("tiny", str(served / "export"), None, 0), tasks[0].tools, tasks[0].system_prompt,
@@ -145,3 +145,39 @@ def test_check_prints_decision_f1(served: Path, tmp_path: Path, monkeypatch, cap
     assert "rehearsed 2 responses to the gold calls of 2 val tasks" in printed[0]
     assert printed[1].split()[::2] == ["json_valid", "exact_match", "key_f1", "value_f1", "error_agreement",
                                        "decision_f1"]  # fmt: skip
+
+
+def test_the_fit_config_is_read_as_envace_fit_reads_it(tmp_path: Path) -> None:
+    """Its data in a file of its own (a group's config file, which envace fit takes) and its policy:
+    a raw YAML reader found no data.sources in the first and never read the second."""
+    from envace.commands.serve_env import read_sources
+
+    (tmp_path / "data.yaml").write_text("sources: [{name: tasks, split: all, path: tasks.jsonl}]\n")
+    config = tmp_path / "fit.yaml"
+    config.write_text("model:\n  class_path: envace.modules.SFTModule\n  init_args: {policy: {name_or_path: tiny}}\n"
+                      "data: data.yaml\n")  # fmt: skip
+    train, val, policy = read_sources(str(config))
+    assert (train.name, train.split, train.path, val, policy) == ("tasks", "all", "tasks.jsonl", None, "tiny")
+    config.write_text("data:\n  sources: [{name: tasks}]\n")
+    assert read_sources(str(config))[2] == "smollm2-135m"  # the module's default policy
+
+
+def test_serve_env_loads_the_policy_its_fit_config_names(
+    served: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``.ckpt`` that names no base model gets the fit config's, not the packaged model (``--policy``
+    still wins)."""
+    from envace.commands import serve_env, show
+
+    class Loaded(Exception):
+        pass
+
+    def load_actor(policy: str, *args: object) -> None:
+        raise Loaded(policy)
+
+    config = tmp_path / "fit.yaml"
+    config.write_text((served / "fit.yaml").read_text() + "model:\n  init_args: {policy: {name_or_path: tiny}}\n")
+    monkeypatch.setattr(show, "load_actor", load_actor)
+    for given, loaded in ((None, "tiny"), ("smollm2-135m", "smollm2-135m")):
+        with pytest.raises(Loaded, match=loaded):
+            serve_env.serve_env(fit_config=str(config), checkpoint=str(served / "export"), policy=given)

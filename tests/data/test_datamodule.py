@@ -297,3 +297,17 @@ def test_rl_share_gives_rl_and_the_warm_start_disjoint_scenarios(tokenizer) -> N
     assert [t.id for t in again.train_set] == [t.id for t in split.train_set]
     with pytest.raises(ValueError, match="rl_share must be a fraction"):
         make(tokenizer, max_user_turns=1, limit=4, rl_share=1.0)
+
+
+def test_training_batches_carry_rl_pool_and_validation_batches_none(tokenizer) -> None:
+    """Dynamic sampling draws from the pool the training batches carry: RL's own tasks (with ``rl_share``,
+    not the warm start's; never the validation tasks) and the data seed; validation batches carry none."""
+    val = {"name": "bfcl-multi-turn", "split": "test", "categories": ["multi_turn_base"]}
+    dm = make(tokenizer, val_sources=[val], val_tasks=2, max_user_turns=1, limit=12, rl_share=0.5, seed=5)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch.pool is not None and batch.pool.seed == dm.data_seed == 5
+    pool = {t.id for t in batch.pool.tasks}
+    assert pool == {t.id for t in dm.train_set} and len(pool) == dm.counts["rl_tasks"] < 12  # RL's share only
+    assert not pool & {t.id for t in dm.val_set}
+    assert dm.transfer_batch_to_device(batch, torch.device("meta"), 0).pool is batch.pool
+    assert all(b.pool is None for b in dm.val_dataloader())

@@ -73,3 +73,20 @@ def test_the_tasks_source_reads_a_trl_class_first_message(tmp_path):
     assert task.user_turns == ["Increment the counter until it reaches 7."]  # what reset(**metadata) returned
     with pytest.raises(ValueError, match="environment class 'own_tools.counter_env:Nope': module"):
         python_tools({"kind": "python", "class": "own_tools.counter_env:Nope"})
+
+
+def test_python_env_is_registered_by_envs_for_every_reader_of_sources() -> None:
+    """``rewards`` names no environment: ``python-env`` is registered by ``envs`` itself, and it is known
+    as soon as the sources are (what a config's ``reward:`` option is checked against), in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import envace.rewards as r; alone = 'python-env' in r.REWARDS; import envace.data.sources; "
+        "print(alone, r.get_reward('python-env').__module__)"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": src})  # fmt: skip
+    assert out.stdout.split() == ["False", "envace.envs.pytools"], out.stderr[-2000:]

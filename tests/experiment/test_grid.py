@@ -168,6 +168,50 @@ def test_variants_and_evaluation_limits_are_checked_and_applied(tmp_path: Path) 
         EvalSpec(limits={"max_step": 20})
 
 
+@pytest.mark.slow  # the fit's parser, run per arm: seconds each
+def test_a_variant_can_be_a_yaml_overlay_checked_by_the_fits_parser(tmp_path: Path, capsys) -> None:
+    """A recipe or variant may be a mapping overlay of the fit config (as configs/arms/), beside the
+    argument lists: the run's fit reads it as a config, and a key the fit does not have is refused when
+    the experiment config is loaded, in one line naming it."""
+    from envace.cli import lightning_cli
+
+    config = {
+        "name": "overlays", "base": str(ROOT / "configs/smoke.yaml"), "arms": ["real_env+clip", "envace+g3"],
+        "reference_arm": "envace+g3", "results": str(tmp_path / "results"), "work": str(tmp_path / "work"),
+        "recipe": {"model": {"init_args": {"rl_lr_scale": 0.05}}},
+        "variants": {"clip": {"model": {"init_args": {"optim": {"max_grad_norm": 1.0}}}},
+                     "g3": ["--model.init_args.group_size", "3"]},
+    }  # fmt: skip
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cfg = load_config(str(path))
+    model = {}
+    before = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for unit in (u for u in units(cfg) if u.kind == "run" and u.seed == 0):
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_:
+                lightning_cli(["fit", *fit_args(cfg, unit), "--print_config"])
+            assert exit_.value.code in (0, None), unit.key
+            model[unit.arm] = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+    finally:
+        os.chdir(before)
+    clip, g3 = model["real_env+clip"], model["envace+g3"]
+    assert clip["rl_lr_scale"] == g3["rl_lr_scale"] == 0.05  # the recipe: every run
+    assert clip["optim"]["max_grad_norm"] == 1.0 and clip["responder"]["class_path"].endswith("RealEnvironment")
+    assert g3["group_size"] == 3 and g3["optim"]["max_grad_norm"] != 1.0  # an argument list, as before
+    config["variants"]["clip"] = {"model": {"init_args": {"optim": {"max_grad_nrom": 1.0}}}}
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=r"arm real_env\+clip: .*max_grad_nrom") as refused:
+        load_config(str(path))
+    assert len(str(refused.value).splitlines()) == 1
+    config["variants"]["clip"] = "--model.init_args.optim.max_grad_norm 1"  # neither a list nor a mapping
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match="variants.clip: expected a list of envace fit arguments or a mapping"):
+        load_config(str(path))
+
+
 def test_a_killed_attempt_counts_until_its_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fit killed with its runner wrote no seconds; the next attempt adds its time (start to the
     last line of fit.log) before it runs, so a resumed run's cost is all its attempts."""

@@ -280,6 +280,17 @@ def test_render_twice_is_identical(tmp_path: Path) -> None:
     assert write_report(folder, n_boot=N_BOOT).read_bytes() == first
 
 
+def test_the_report_command_draws_the_replicates_it_is_told(tmp_path: Path) -> None:
+    from envace.experiment import main
+
+    folder = make_grid(tmp_path / "exp")
+    assert main(["report", str(folder), "--n_boot", "300"]) == 0
+    assert (
+        "300-replicate" in (folder / "report.md").read_text()
+        and "2000-replicate" not in (folder / "report.md").read_text()
+    )
+
+
 def _per_task(
     folder: Path, arm: str, splits: tuple[str, ...], field: str, setting: str = "none", seeds: tuple[int, ...] = ()
 ) -> dict[str, list[float]]:

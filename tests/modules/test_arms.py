@@ -257,11 +257,14 @@ def test_dynamic_sampling_replaces_groups_without_reward_variance(tmp_path, monk
     def spy(self, batch):
         out = rl_step(self, batch)
         steps.append(([r.score for r in out["rewards"]], [e.group for e in out["episodes"]], out["rollout"].episodes))
+        drawn.update(e.task.id for e in out["episodes"])
         return out
 
+    drawn: set[str] = set()
     monkeypatch.setattr(EnvACEModule, "rl_step", spy)
-    fit_arm(tmp_path, "real_env", monkeypatch, "--model.init_args.dynamic_sampling", "4", "--data.tasks_per_step", "2",
-            "--model.init_args.group_size", "4", reward=reward)  # fmt: skip
+    module, _ = fit_arm(tmp_path, "real_env", monkeypatch, "--model.init_args.dynamic_sampling", "4",
+                        "--data.tasks_per_step", "2", "--model.init_args.group_size", "4", reward=reward)  # fmt: skip
+    assert drawn <= {t.id for t in module.trainer.datamodule.train_set}  # the replacements: RL's training tasks
     assert len(steps) == 2
     for scores, groups, _ in steps:
         assert len(scores) == 8 and groups == [0] * 4 + [1] * 4

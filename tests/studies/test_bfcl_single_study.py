@@ -31,7 +31,7 @@ def test_the_grid_runs_the_declared_recipe_unit_by_unit(capsys: pytest.CaptureFi
     from envace.cli import lightning_cli
 
     cfg = load_config(str(STUDY / "grid.yaml"))
-    assert (cfg.arms, cfg.seeds, cfg.evaluation.splits) == (["real_env", "sft_only"], [0, 1, 2], [])
+    assert (cfg.arms, cfg.seeds, cfg.evaluation.splits) == (["real_env", "sft_only"], [0, 1, 2], ["test"])
     before = os.getcwd()
     os.chdir(ROOT)
     printed = {}
@@ -54,8 +54,27 @@ def test_the_evaluation_config_is_the_held_out_split() -> None:
     from envace.evaluation.run import parse
 
     kw = parse(["--config", str(STUDY / "eval.yaml")])
-    assert kw["tasks"].split == "test" and kw["sampling"].temperature == 0.0
+    assert kw["benchmark"] == "bfcl-single" and kw["tasks"].split == "test" and kw["sampling"].temperature == 0.0
     assert kw["limits"].max_steps_per_turn == 1
+
+
+def test_the_grid_evaluates_every_held_out_item_as_the_evaluation_config_does() -> None:
+    """The eval units score what ``envace evaluate --config eval.yaml`` scores: the same items (every one of
+    the test split's six categories), greedy, with the same limits and sampling precision."""
+    from envace.evaluation.run import parse
+
+    spec, kw = load_config(str(STUDY / "grid.yaml")).evaluation, parse(["--config", str(STUDY / "eval.yaml")])
+    assert (spec.benchmark, spec.splits, spec.categories) == (
+        kw["benchmark"],
+        [kw["tasks"].split],
+        kw["tasks"].categories,
+    )
+    assert spec.max_prompt_tokens is None and spec.tasks_per_split is None and spec.temperature == 0.0
+    assert spec.strata() == [f"test:{c}" for c in kw["tasks"].categories]  # the report's columns
+    model = yaml.safe_load((ROOT / "configs/bfcl_single.yaml").read_text())["model"]["init_args"]
+    limits = {**model["limits"], **spec.limits}
+    assert {k: getattr(kw["limits"], k) for k in limits} == limits
+    assert model["sampling"]["dtype"] == kw["sampling"].dtype == "auto"
 
 
 def test_the_rules_quote_the_mdd_table() -> None:

@@ -14,7 +14,6 @@ how to read them: ``docs/performance.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -26,11 +25,14 @@ from typing import Any
 SECTIONS = ("peak", "training", "rollout", "layout", "trl")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="envace bench", description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None) -> Any:
+    """The options of ``envace bench`` (a jsonargparse ``Namespace``), with ``sections`` the list ``--only`` names."""
+    from envace.commands.usage import command_parser
+
+    parser = command_parser("envace bench", (__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="tiny model and small sizes (seconds, for tests)")
-    parser.add_argument("--model", default=None, help="policy to measure (default: smollm2-135m; tiny with --quick)")
+    parser.add_argument("--model", default=None, help="policy to measure (null: smollm2-135m; tiny with --quick)")
     parser.add_argument(
         "--checkpoint", default=None,
         help="a Lightning checkpoint of --model (e.g. after `make fit`): its weights (LoRA merged) are measured; "
@@ -67,7 +69,7 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: Any) -> dict[str, Any]:
     """Measure the requested sections; returns the JSON object."""
     import torch
 
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _header(args: argparse.Namespace, model: str) -> dict[str, Any]:
+def _header(args: Any, model: str) -> dict[str, Any]:
     """What was measured, how, and on which machine: the JSON object's first fields."""
     import torch
 

@@ -129,6 +129,15 @@ def proxy_metrics(episodes: list[Episode], proxy: list[RewardOutput], family: st
     return out
 
 
+def official_scores(episodes: list[Episode]) -> list[RewardOutput | None]:
+    """The benchmark's official checker on each episode (:func:`envace.evaluation.official.official_score`;
+    ``None`` where it has none offline): the one place the ``official`` figures of training
+    (``train/official/*``) and of validation (``val/committed/official_*``) are computed."""
+    from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
+
+    return [official_score(e) for e in episodes]
+
+
 def committed_metrics(
     episodes: list[Episode], official: list[RewardOutput | None], proxy: list[RewardOutput]
 ) -> dict[str, float]:
@@ -230,6 +239,7 @@ class RolloutLogger(pl.Callback):
 
     def __init__(self, official_on_train: bool = True) -> None:
         self._val: list[ValStepOutput] = []
+        self._official: list[RewardOutput | None] = []  # the official scores of ``_val``'s committed episodes
         self.official_on_train = official_on_train
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -244,10 +254,7 @@ class RolloutLogger(pl.Callback):
         scalars |= act_metrics(out["episodes"])
         scalars |= rollout_metrics(out["rollout"])
         if self.official_on_train:
-            from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
-
-            official = [official_score(e) for e in out["episodes"]]
-            scalars |= official_agreement(out["episodes"], official, out["rewards"])
+            scalars |= official_agreement(out["episodes"], official_scores(out["episodes"]), out["rewards"])
         log_step(pl_module, {f"train/{k}": v for k, v in scalars.items()})
         log_step(pl_module, cost_metrics(out["rollout"]), always=True)
         if "reward/all" in scalars:
@@ -257,12 +264,13 @@ class RolloutLogger(pl.Callback):
                                 batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
         if isinstance(outputs, dict) and "committed" in outputs:
             self._val.append(cast(ValStepOutput, outputs))
+            self._official += official_scores(outputs["committed"])
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._val:
             return
         committed = [e for out in self._val for e in out["committed"]]
-        official = [o for out in self._val for o in out["official"]]
+        official = self._official
         proxy = [p for out in self._val for p in out["proxy"]]
         imagined = [e for out in self._val for e in out["imagined"]]
         imagined_proxy = [p for out in self._val for p in out["imagined_proxy"]]
@@ -276,3 +284,4 @@ class RolloutLogger(pl.Callback):
                 if episodes:
                     experiment.add_text(f"val/{name}/transcript", transcript_markdown(episodes[0]), step_index(trainer))
         self._val.clear()
+        self._official = []

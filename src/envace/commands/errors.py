@@ -165,12 +165,12 @@ def condense(message: str, options: Iterable[str]) -> str:
     return f"{'.'.join(path)}: {reason}" if path else reason
 
 
-def _options(parser: argparse.ArgumentParser) -> Iterator[str]:
+def option_strings(parser: argparse.ArgumentParser) -> Iterator[str]:
     """The option strings of ``parser`` and of its subcommands' parsers."""
     for action in parser._actions:
         yield from action.option_strings
         for sub in (getattr(action, "_name_parser_map", None) or {}).values():
-            yield from _options(sub)
+            yield from option_strings(sub)
 
 
 @contextmanager
@@ -206,6 +206,6 @@ def usage_errors() -> Iterator[None]:
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> UsageError:
     """``message`` of ``parser`` condensed; where it names no valid choice, how to list them."""
-    line = condense(message, _options(parser))
+    line = condense(message, option_strings(parser))
     prog = parser.prog.replace(" [options]", "")
     return UsageError(line, hint=f"`{prog} --help` lists the options" if "did you mean" not in line else None)

@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -241,19 +240,20 @@ def export(
     return out_dir
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> Any:
     """The arguments of ``envace export`` (documented in :func:`export`)."""
-    about = (__doc__ or "").replace("``", "")
-    p = argparse.ArgumentParser(prog="envace export", description=about, formatter_class=argparse.RawTextHelpFormatter)
+    from envace.commands.usage import command_parser
+
+    p = command_parser("envace export", (__doc__ or "").replace("``", ""))
     p.add_argument("--ckpt", required=True, metavar="PATH", help="the Lightning .ckpt of a training run")
     p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write")
-    role_help = "act: the policy.* weights; rehearse: simulator.* when present, else policy.* (default: act)"
+    role_help = "act: the policy.* weights; rehearse: simulator.* when present, else policy.*"
     p.add_argument("--role", choices=ROLES, default="act", help=role_help)
     p.add_argument("--adapters", action="store_true", help="save the peft adapter folder, not the merged model")
-    base_help = "with --adapters: the base_model_name_or_path to write (a hub id or a folder; default: see above)"
+    base_help = "with --adapters: the base_model_name_or_path to write (a hub id or a folder; null: see above)"
     p.add_argument("--base", metavar="ID_OR_FOLDER", help=base_help)
     p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--dtype", choices=DTYPES, help="save the weights in this dtype (default: as trained)")
+    p.add_argument("--dtype", choices=DTYPES, help="save the weights in this dtype (null: as trained)")
     return p
 
 

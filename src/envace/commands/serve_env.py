@@ -42,13 +42,13 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import yaml
-
+from envace.commands.preflight import value
 from envace.commands.serve_sessions import Pool, Session, Sessions, busy
 from envace.data.sources import SourceSpec
 from envace.data.sources.records import read_json
 from envace.envs.base import SizeBounds, json_size, unusable_arguments
 from envace.metrics.fidelity import NAMES, score_pair
+from envace.policy import PolicySpec
 from envace.protocol import render_calls
 from envace.protocol.parse import CallError, validate_call
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig
@@ -69,16 +69,17 @@ MAX_SESSION_CALLS = 256
 SCORES = NAMES
 
 
-def read_sources(config: str) -> tuple[SourceSpec, SourceSpec | None]:
-    """The first training source of a fit config and its first val source (``None`` when it has none)."""
-    try:
-        data = (yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}).get("data") or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"--fit_config {config}: {str(exc).splitlines()[0]}") from None
-    train, val = data.get("sources") or [], data.get("val_sources") or []
+def read_sources(config: str) -> tuple[SourceSpec, SourceSpec | None, str]:
+    """The first training source of a fit config, its first val source (``None`` when it has none) and
+    its policy's ``name_or_path``, read as ``envace fit`` reads them (:mod:`envace.commands.fit_config`)."""
+    from envace.commands.fit_config import load_fit_config
+
+    parsed = load_fit_config(["--config", config], partial=True)
+    train, val = parsed.data.sources or [], parsed.data.val_sources or []
     if not train:
         raise ValueError(f"--fit_config {config}: no data.sources: which environment's tools to serve?")
-    return SourceSpec.parse(train[0]), SourceSpec.parse(val[0]) if val else None
+    policy = value(parsed, "model.init_args.policy.name_or_path") or PolicySpec().name_or_path
+    return SourceSpec.parse(train[0]), SourceSpec.parse(val[0]) if val else None, str(policy)
 
 
 def served_tools(tasks: list[Task]) -> list[ToolSchema]:
@@ -348,7 +349,7 @@ def serve_env(
     session_idle_s: float = 1800.0,
     workers: int = 2,
     busy_s: float = 30.0,
-    policy: str = "smollm2-135m",
+    policy: str | None = None,
 ) -> int:
     """Serve a trained policy's rehearse role as an MCP server (see the module docstring).
 
@@ -364,13 +365,14 @@ def serve_env(
         session_idle_s: a session idle for longer is forgotten.
         workers: rehearsals run at once, for different sessions (each holds its own engine rows).
         busy_s: the longest a call waits for a worker or its session's earlier call before it answers ``BUSY``.
-        policy: the base model of a ``.ckpt`` that does not name one.
+        policy: the base model of a ``.ckpt`` that does not name one (default: the fit config's
+            ``model.policy.name_or_path``).
     """
     from envace.commands.show import load_actor
 
-    train, val = read_sources(fit_config)
+    train, val, trained = read_sources(fit_config)
     tools, system_prompt = served_world(train, checkpoint)
-    model = load_actor(policy, checkpoint, None, 0)
+    model = load_actor(policy or trained, checkpoint, None, 0)
     limits = RolloutLimits(max_rehearse_tokens=max_rehearse_tokens, max_episode_tokens=8192)
     world = WorldModel(model, tools, system_prompt, limits, max_argument_bytes, workers, busy_s)
     if check:

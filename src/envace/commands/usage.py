@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
-from envace.commands.errors import UsageError, did_you_mean, import_class, init_parameters, unknown_key
+from envace.commands.errors import UsageError, import_class, init_parameters, unknown_key
 
 #: an option asking the help of a group below the module: --model[.init_args].<a>[.<b>...].help
 NESTED_HELP = re.compile(r"^--model(?:\.init_args)?((?:\.\w+)+)\.help$")
-DEFAULT_MODULE = "EnvACEModule"
 
 HYPERPARAMETERS = """\
 hyperparameters (every one documented where it is declared):
@@ -50,29 +48,28 @@ def overview(commands: dict[str, str], aliases: dict[str, str], version: str) ->
     return "\n".join([*lines, HYPERPARAMETERS])
 
 
+def command_parser(prog: str, description: str) -> Any:
+    """The jsonargparse parser of a command built from ``add_argument`` calls (flags without values,
+    choices): its ``--help`` keeps the description's lines (a module docstring) and shows every
+    option's type and default, as the other commands' do."""
+    import argparse
+
+    from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+    class Layout(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        """jsonargparse's help, the description as written."""
+
+    return ArgumentParser(prog=prog, description=description, formatter_class=Layout, default_env=False)
+
+
 def module_class(args: list[str]) -> type:
-    """The LightningModule a command line trains: its ``--model`` value, else its configs' last
-    ``model.class_path``, else :data:`DEFAULT_MODULE`."""
-    import yaml
+    """The LightningModule a fit command line (a help request taken out) trains, as ``envace fit``
+    resolves it from its ``--config`` files, ``--model`` and overrides; ``EnvACEModule`` when they name
+    none (:data:`envace.commands.fit_config.STAND_INS`)."""
+    from envace.commands.fit_config import load_fit_config
 
-    from envace import modules
-
-    name = DEFAULT_MODULE
-    for i, arg in enumerate(args):
-        following = args[i + 1] if i + 1 < len(args) else None
-        if arg == "--model" and following is not None:
-            name = following
-        elif arg.startswith("--model="):
-            name = arg.split("=", 1)[1]
-        elif arg in ("-c", "--config") and following is not None:
-            if not Path(following).is_file():
-                raise UsageError(f"--config: no such file: {following}")
-            config = yaml.safe_load(Path(following).read_text()) or {}
-            name = ((config.get("model") or {}) if isinstance(config, dict) else {}).get("class_path", name)
-    found = import_class(name) if "." in name else getattr(modules, name, None)
-    if not (isinstance(found, type) and issubclass(found, modules.PolicyModule)):
-        known = [n for n in dir(modules) if isinstance(getattr(modules, n), type) and n.endswith("Module")]
-        raise UsageError(f"--model {name}: not an envace module{did_you_mean(name, known)} ({', '.join(known)})")
+    found = import_class(load_fit_config(args, partial=True).model.class_path)
+    assert found is not None, "the parser takes the class path of a PolicyModule only"
     return found
 
 
@@ -119,8 +116,8 @@ def nested_help(subcommand: str, args: list[str]) -> str | None:
         return None
     index, match = asked
     path = match.group(1).strip(".").split(".")
-    cls = resolve_group(module_class(args), path)
     choice = args[index + 1] if index + 1 < len(args) and not args[index + 1].startswith("-") else None
+    cls = resolve_group(module_class(args[:index] + args[index + 1 + (choice is not None) :]), path)
     if choice is not None:
         chosen = _subclass(cls, choice)
         if chosen is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -59,8 +60,35 @@ def collate_episodes(episodes: list[EpisodeTensors], pad_id: int) -> TokenBatch:
     return out
 
 
+class TaskPool(NamedTuple):
+    """The training tasks RL rolls out, for a step that needs more than its own: dynamic sampling
+    (``EnvACEModule.dynamic_sampling``) draws fresh tasks from it. The DataModule hands it to the
+    training steps inside their :class:`StepBatch` (validation batches carry none).
+
+    Attributes:
+        tasks: RL's training tasks (the DataModule's ``train_set``), by reference.
+        seed: the data order's seed (the DataModule's ``data_seed``).
+    """
+
+    tasks: Sequence[Task]
+    seed: int
+
+    def draws(self, step: int) -> Callable[[int], list[Task]]:
+        """Draws of ``count`` tasks (with replacement) at optimizer step ``step``: one random stream
+        per step, seeded by ``(seed, step)``, so a resumed run draws what the uninterrupted one would.
+
+        >>> pool = TaskPool([Task(str(i), "x") for i in range(10)], seed=0)
+        >>> first, again = pool.draws(step=3), pool.draws(step=3)
+        >>> [t.id for t in first(3)] == [t.id for t in again(3)], len(first(2))
+        (True, 2)
+        """
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        return lambda count: [self.tasks[int(i)] for i in torch.randint(len(self.tasks), (count,), generator=gen)]
+
+
 class StepBatch:
-    """What one training step receives: tasks to roll out (RL) and/or grounded episodes (warm start).
+    """What one training step receives: tasks to roll out (RL) and/or grounded episodes (warm start),
+    and, in training, the pool RL may draw more tasks from (:class:`TaskPool`).
 
     Not a dataclass on purpose: before any hook, Lightning's ``bf16-true``/``16-true`` precision maps
     over every dataclass of a batch (deep-copying each :class:`Task` and failing on its frozen fields)
@@ -68,10 +96,10 @@ class StepBatch:
     :meth:`EnvACEDataModule.transfer_batch_to_device` moves the token tensors as they are.
     """
 
-    __slots__ = ("sft", "tasks")
+    __slots__ = ("pool", "sft", "tasks")
 
-    def __init__(self, tasks: list[Task], sft: TokenBatch | None = None) -> None:
-        self.tasks, self.sft = tasks, sft
+    def __init__(self, tasks: list[Task], sft: TokenBatch | None = None, pool: TaskPool | None = None) -> None:
+        self.tasks, self.sft, self.pool = tasks, sft, pool
 
     def __repr__(self) -> str:
         return f"StepBatch(tasks={[t.id for t in self.tasks]}, sft={None if self.sft is None else 'TokenBatch'})"

@@ -11,7 +11,8 @@ note per user turn (:mod:`envace.data.memory_notes`, off by default) and tokenis
 
 A training step receives a :class:`~envace.data.batch.StepBatch`: ``tasks_per_step`` tasks to roll
 out and, when warm-starting, ``sft_batch_size`` grounded episodes padded into a
-:class:`~envace.data.batch.TokenBatch`. The order of both is a seeded permutation per epoch
+:class:`~envace.data.batch.TokenBatch`, with RL's pool of training tasks to draw more from
+(:class:`~envace.data.batch.TaskPool`). The order of both is a seeded permutation per epoch
 (:class:`~envace.data.steps.StepSampler`), so the same seed gives the same batches, and a resumed
 run the batches the uninterrupted one would have read (:class:`~envace.data.steps.StepLoader`).
 """
@@ -29,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from envace.data.batch import StepBatch
+from envace.data.batch import StepBatch, TaskPool
 from envace.data.grounding import GroundFailures, GroundingFailed, answer_trajectory, ground, recorded_trajectory
 from envace.data.memory_notes import noted
 from envace.data.pools import split_pool, spread
@@ -268,12 +269,13 @@ class EnvACEDataModule(pl.LightningDataModule):
         return int(self.encoder.tokenizer.pad_token_id)
 
     def train_dataloader(self) -> DataLoader[StepBatch]:
-        """One :class:`StepBatch` per step; an epoch is ``ceil(len(train tasks) / tasks_per_step)`` steps."""
+        """One :class:`StepBatch` per step, each carrying RL's :class:`TaskPool` (its training tasks and the
+        data seed) for dynamic sampling; an epoch is ``ceil(len(train tasks) / tasks_per_step)`` steps."""
         if not self.train_set:
             raise ValueError("no training tasks: check the sources, max_prompt_tokens and limit (stats())")
         n, k = len(self.train_set), self.tasks_per_step
         steps = StepSampler(n, k, len(self.episodes), self.sft_batch_size, self.data_seed)
-        dataset = StepDataset(self.train_set, self.episodes, self.pad_id)
+        dataset = StepDataset(self.train_set, self.episodes, self.pad_id, TaskPool(self.train_set, self.data_seed))
         if self.trainer is not None and self.trainer.distributed_sampler_kwargs is not None:
             # under a distributed strategy (DDP, FSDP2: on one process too) Lightning re-creates the
             # loader around a DistributedSampler, which shares out the epoch's steps by position and
@@ -283,7 +285,7 @@ class EnvACEDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader[StepBatch]:
         """The validation tasks in source order, ``tasks_per_step`` per batch (the last may hold fewer),
-        without grounded episodes; no batches when there are no validation tasks."""
+        without grounded episodes or a pool; no batches when there are no validation tasks."""
         k, n = self.tasks_per_step, len(self.val_set)
         keys: list[StepKey] = [(tuple(range(i, min(i + k, n))), ()) for i in range(0, n, k)]
         return self._loader(StepDataset(self.val_set, [], self.pad_id), keys)
@@ -295,7 +297,8 @@ class EnvACEDataModule(pl.LightningDataModule):
         )
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move a StepBatch's token tensors; its tasks are plain data and stay as they are."""
+        """Move a StepBatch's token tensors; its tasks and pool are plain data and stay as they are."""
         if isinstance(batch, StepBatch):
-            return StepBatch(tasks=batch.tasks, sft=batch.sft.to(device) if batch.sft is not None else None)
+            sft = batch.sft.to(device) if batch.sft is not None else None
+            return StepBatch(tasks=batch.tasks, sft=sft, pool=batch.pool)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from envace.data.batch import StepBatch, collate_episodes
+from envace.data.batch import StepBatch, TaskPool, collate_episodes
 from envace.protocol.tokens import EpisodeTensors
 from envace.types import Task
 
@@ -100,16 +100,18 @@ class StepLoader(DataLoader[StepBatch]):
 
 
 class StepDataset(Dataset[StepBatch]):
-    """Turns a :data:`StepKey` into a :class:`StepBatch` (tasks as they are, episodes padded).
+    """Turns a :data:`StepKey` into a :class:`StepBatch` (tasks as they are, episodes padded, the pool
+    handed on).
 
     Args:
         tasks: the tasks the keys index.
         episodes: the tokenised grounded episodes the keys index.
         pad_id: padding token id.
+        pool: what every batch carries for RL to draw more tasks from (training only; by reference).
     """
 
-    def __init__(self, tasks: list[Task], episodes: list[EpisodeTensors], pad_id: int):
-        self.tasks, self.episodes, self.pad_id = tasks, episodes, pad_id
+    def __init__(self, tasks: list[Task], episodes: list[EpisodeTensors], pad_id: int, pool: TaskPool | None = None):
+        self.tasks, self.episodes, self.pad_id, self.pool = tasks, episodes, pad_id, pool
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -117,7 +119,7 @@ class StepDataset(Dataset[StepBatch]):
     def __getitem__(self, key: StepKey) -> StepBatch:  # type: ignore[override]
         task_idx, episode_idx = key
         sft = collate_episodes([self.episodes[i] for i in episode_idx], self.pad_id) if episode_idx else None
-        return StepBatch(tasks=[self.tasks[i] for i in task_idx], sft=sft)
+        return StepBatch(tasks=[self.tasks[i] for i in task_idx], sft=sft, pool=self.pool)
 
 
 def as_step_batch(item: Any) -> StepBatch:

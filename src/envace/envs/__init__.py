@@ -1,7 +1,8 @@
 """Real environments: build one from a Task, execute validated calls, snapshot the state.
 
 :func:`make_environment` builds a task's real environment, wrapped in its drift when the task has
-one (:mod:`envace.envs.drift`).
+one (:mod:`envace.envs.drift`). Importing the package registers the reward that needs an environment
+(``python-env``, :func:`envace.envs.pytools.python_env_reward`) with :func:`envace.rewards.register_reward`.
 """
 
 from envace.envs.base import Environment
@@ -19,6 +20,11 @@ from envace.envs.drift import (
     with_drift,
 )
 from envace.envs.drift_kinds import KINDS as DRIFT_KINDS
+from envace.rewards import register_reward
+
+# the reward of a TRL-shaped class (its get_reward() after the calls are replayed), registered here, in
+# the layer that has environments, so that the rewards below name none
+register_reward("python-env", "envace.envs.pytools:python_env_reward")
 
 __all__ = [
     "DRIFT_KINDS",

@@ -28,6 +28,7 @@ import torch
 from envace.envs import task_drift
 from envace.evaluation.base import Benchmark, ItemResult, TaskFilter, by_category, item_result
 from envace.evaluation.bfcl import BFCLBenchmark
+from envace.evaluation.bfcl_single import BFCLSingleBenchmark
 from envace.evaluation.drift import DriftConfig, drift_note, drift_shorthand, drift_tasks
 from envace.evaluation.intervals import bootstrap_interval
 from envace.evaluation.others import FinMCPBenchmark, VitaBenchmark
@@ -44,7 +45,7 @@ from envace.rewards.base import RewardOutput
 from envace.rollout import ExternalSimulator, Responder, RolloutLimits, SamplingConfig, make_engine
 from envace.types import Task
 
-BenchmarkName = Literal["bfcl", "tau2", "vitabench", "finmcp", "shopworld"]
+BenchmarkName = Literal["bfcl", "bfcl-single", "tau2", "vitabench", "finmcp", "shopworld"]
 #: a user's own tasks, a split of a fit config's ``tasks`` source (:mod:`envace.evaluation.tasks`)
 OwnTasks = Literal["tasks"]
 REFERENCE_LIMITS = {"max_new_tokens": 16_384, "max_calls_per_step": 64, "max_episode_tokens": 10**7}
@@ -116,6 +117,8 @@ def _benchmark(
     make_user = model_user(user, load, sampling) if user.kind == "simulator" else None
     if name == "bfcl":
         return BFCLBenchmark(tasks)
+    if name == "bfcl-single":
+        return BFCLSingleBenchmark(tasks)
     if name == "tau2":
         return Tau2Benchmark(tasks, solo=solo, trials=trials, make_user=make_user)
     if name == "vitabench":
@@ -173,9 +176,10 @@ def evaluate(
     """Evaluate a policy on a benchmark under one or several test-time imagination settings.
 
     Args:
-        benchmark: ``bfcl``, ``tau2``, ``vitabench``, ``finmcp`` (OpenAI-chat logs with recorded results) or
-            ``shopworld`` (docs/shopworld.md); ``tasks``: your own, a split of a fit config's tasks
-            (``--tasks.path <fit config> --tasks.split test``; :mod:`envace.evaluation.tasks`).
+        benchmark: ``bfcl``, ``bfcl-single`` (BFCL single-turn AST items of the declared split by called
+            function, default ``test``), ``tau2``, ``vitabench``, ``finmcp`` (OpenAI-chat logs with recorded
+            results) or ``shopworld`` (docs/shopworld.md); ``tasks``: your own, a split of a fit config's
+            tasks (``--tasks.path <fit config> --tasks.split test``; :mod:`envace.evaluation.tasks`).
         policy: a ``.ckpt`` checkpoint, a ``save_pretrained`` folder or hub id, ``smollm2-135m``
             (packaged), ``tiny`` (random, tests), or the reference policies ``oracle`` and ``noop``;
             or a policy already loaded by :func:`load_eval_policy` (``model`` is then not used to load it).

@@ -16,7 +16,6 @@ A grid with ``policies_from`` evaluates another experiment's policies, under ``e
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -30,17 +29,24 @@ __all__ = ["EvalSpec", "ExperimentConfig", "Unit", "load_config", "main", "units
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``envace experiment``."""
+    from envace.commands.usage import command_parser
+
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "report":
         from envace.experiment.report import write_report
 
-        if len(args) != 2:
-            raise ValueError("usage: envace experiment report <results folder>")
-        print(write_report(Path(args[1])))
+        reporting = command_parser("envace experiment report", "The report of a grid, from its result files only.")
+        reporting.add_argument("results", metavar="FOLDER", help="the grid's results folder (its config's results:)")
+        reporting.add_argument(
+            "--n_boot",
+            type=int,
+            default=2000,
+            help="bootstrap replicates per interval (a study's rules may declare more)",
+        )
+        read = reporting.parse_args(args[1:])
+        print(write_report(Path(read.results), read.n_boot))
         return 0
-    parser = argparse.ArgumentParser(
-        prog="envace experiment", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = command_parser("envace experiment", __doc__ or "")
     parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")

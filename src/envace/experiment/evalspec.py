@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envace.envs import DriftSpec
+from envace.evaluation.bfcl_single import SPLIT_CATEGORIES
 from envace.rollout.engine.sampling import SamplingConfig
 from envace.rollout.loop import RolloutLimits
 
 NO_DRIFT = "none"
 #: the source of each benchmark an experiment can evaluate
-SOURCES = {"bfcl": "bfcl-multi-turn", "shopworld": "shopworld"}
+SOURCES = {"bfcl": "bfcl-multi-turn", "bfcl-single": "bfcl-single-turn", "shopworld": "shopworld"}
+#: the benchmarks whose items the report reads per category (``<split>:<category>``, :meth:`EvalSpec.stratum`)
+BY_CATEGORY = ("bfcl-single",)
 
 
 @dataclass
@@ -23,12 +26,18 @@ class EvalSpec:
     and scored by the benchmark's own scorer, with and without private rehearsal.
 
     Args:
-        benchmark: ``bfcl`` (BFCL multi-turn, bfcl-eval's official checker) or ``shopworld``
-            (docs/shopworld.md: ``gold-writes``, checked against the state-replay oracle; its task ids
-            name their stratum, which a hypothesis's ``where: {task: ...}`` selects).
+        benchmark: ``bfcl`` (BFCL multi-turn, bfcl-eval's official checker), ``bfcl-single`` (BFCL
+            single-turn AST items, the first act step judged by bfcl-eval's ``ast_checker``; no tool
+            response, so no gold-call fidelity) or ``shopworld`` (docs/shopworld.md: ``gold-writes``,
+            checked against the state-replay oracle; its task ids name their stratum, which a
+            hypothesis's ``where: {task: ...}`` selects).
         splits: BFCL's ``val`` (unseen scenarios of the training API classes) and ``test`` (unseen
-            classes); ShopWorld's ``tune`` and ``test``; reported apart.
-        categories: BFCL multi-turn categories (ShopWorld: every stratum is evaluated).
+            classes); BFCL single-turn's ``test`` (the declared split by called function); ShopWorld's
+            ``tune`` and ``test``; reported apart. ``bfcl-single`` reports each split's categories
+            apart: its items are labelled ``<split>:<category>`` (:meth:`stratum`), the report's columns
+            and a hypothesis's ``where: {split: ...}``, and the report's pooled figure is over them all.
+        categories: BFCL multi-turn categories, or BFCL single-turn categories with a declared split
+            (``bfcl-single`` needs them named; ShopWorld: every stratum is evaluated).
         max_user_turns: cut every task to its first user turns (the training episodes' length).
         max_prompt_tokens: keep the tasks whose prompt fits (as training's ``val_max_prompt_tokens``).
         tasks_per_split: at most this many tasks per split, spread over the split (``None``: all).
@@ -53,7 +62,7 @@ class EvalSpec:
             base config, not ``fit_args``, so a grid whose runs sample on vLLM says so here too.
     """
 
-    benchmark: Literal["bfcl", "shopworld"] = "bfcl"
+    benchmark: Literal["bfcl", "bfcl-single", "shopworld"] = "bfcl"
     splits: list[str] = field(default_factory=lambda: ["val", "test"])
     categories: list[str] = field(default_factory=lambda: ["multi_turn_base"])
     max_user_turns: int = 1
@@ -72,6 +81,12 @@ class EvalSpec:
     def __post_init__(self) -> None:
         if self.benchmark not in SOURCES:
             raise ValueError(f"evaluation.benchmark must be one of {', '.join(SOURCES)}, got {self.benchmark!r}")
+        wrong = [c for c in self.categories if c not in SPLIT_CATEGORIES]
+        if self.benchmark == "bfcl-single" and (wrong or not self.categories):
+            raise ValueError(
+                f"evaluation.categories: bfcl-single needs single-turn categories with a declared split "
+                f"({', '.join(SPLIT_CATEGORIES)}), got {self.categories}"
+            )
         labels = [label for label, _ in drift_entries(self)]
         if len(set(labels)) != len(labels):
             raise ValueError(f"evaluation.drift names a drift twice: {', '.join(labels)}")
@@ -91,6 +106,32 @@ class EvalSpec:
             )
         if self.rehearsal_seeds is not None:
             _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
+
+    @property
+    def answers_calls(self) -> bool:
+        """Whether the benchmark's environment answers a call (BFCL single-turn's does not: its answer is
+        the first act step), so that the gold-call fidelity of a policy's rehearsal can be measured."""
+        return self.benchmark != "bfcl-single"
+
+    def stratum(self, split: str, category: str) -> str:
+        """The label a unit's file and the report give an item of ``split`` and ``category``: the split,
+        or ``<split>:<category>`` for a benchmark read per category (:data:`BY_CATEGORY`).
+
+        >>> single = EvalSpec("bfcl-single", ["test"], ["multiple", "parallel"])
+        >>> single.stratum("test", "multiple"), EvalSpec().stratum("test", "multi_turn_base")
+        ('test:multiple', 'test')
+        """
+        return f"{split}:{category}" if self.benchmark in BY_CATEGORY else split
+
+    def strata(self) -> list[str]:
+        """Every label of :meth:`stratum`, split by split: the report's columns (``experiment.json``'s ``splits``).
+
+        >>> EvalSpec("bfcl-single", ["test"], ["multiple", "parallel"]).strata(), EvalSpec(splits=["test"]).strata()
+        (['test:multiple', 'test:parallel'], ['test'])
+        """
+        if self.benchmark not in BY_CATEGORY:
+            return list(self.splits)
+        return [self.stratum(s, c) for s in self.splits for c in self.categories]
 
     def settings(self, seed: int | None = None) -> list[tuple[str, int, int]]:
         """``(mode, n, reimagine)`` of every setting a policy of ``seed`` is evaluated under, plain execution

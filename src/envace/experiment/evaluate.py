@@ -1,5 +1,8 @@
 """The ``eval`` unit of an experiment: one policy on held-out tasks (BFCL multi-turn; or ShopWorld,
-``evaluation.benchmark: shopworld``, scored by ``gold-writes`` instead of bfcl-eval's checker).
+``evaluation.benchmark: shopworld``, scored by ``gold-writes`` instead of bfcl-eval's checker; or BFCL
+single-turn AST items, ``evaluation.benchmark: bfcl-single``, the first act step judged by bfcl-eval's
+``ast_checker``, each item labelled ``<split>:<category>`` so that the report reads every category apart,
+and no gold-call fidelity: nothing answers its calls).
 
 Per split (``val``: unseen scenarios of the training API classes; ``test``: unseen classes), per task:
 
@@ -27,8 +30,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import yaml
-
 from envace.data.datamodule import prompt_tokens
 from envace.data.pools import spread
 from envace.data.sources import SourceSpec
@@ -45,18 +46,17 @@ from envace.types import Task
 SCORES = ("value_f1", "key_f1", "json_valid", "error_agreement", "decision_f1")
 
 
-def base_settings(base: str) -> dict[str, Any]:
-    """The base fit config's ``model.init_args`` (limits, tool style, chat format, sampling)."""
-    try:
-        config = yaml.safe_load(Path(base).read_text())
-        return dict(config["model"]["init_args"])
-    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{base}: cannot read model.init_args ({type(exc).__name__}: {exc})") from exc
+def fit_settings(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The ``model.init_args`` every fit of the grid shares (limits, tool style, chat format, sampling),
+    as plain values: its base config and ``fit_args`` read as ``envace fit`` reads them, defaults included."""
+    from envace.commands.fit_config import load_fit_config
+
+    return dict(load_fit_config(["--config", cfg.base, *cfg.fit_args]).model.init_args.as_dict())
 
 
 def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]:
     """The split's tasks, cut to their first user turns, those whose prompt fits, spread to the cap."""
-    options = {"categories": list(spec.categories)} if spec.benchmark == "bfcl" else {}
+    options = {"categories": list(spec.categories)} if spec.benchmark != "shopworld" else {}
     tasks = SourceSpec(SOURCES[spec.benchmark], split, options=options).load()
     tasks = [t.first_turns(spec.max_user_turns) for t in tasks]
     if spec.max_prompt_tokens is not None:
@@ -75,18 +75,18 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
     from envace.evaluation.policies import PolicyConfig, load_eval_policy
     from envace.inference import ImaginationConfig
 
-    spec, model = cfg.evaluation, base_settings(cfg.base)
+    spec, model = cfg.evaluation, fit_settings(cfg)
     drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
     drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
-    limits = RolloutLimits(**{**model.get("limits", {}), **spec.limits})
-    sampling = SamplingConfig(**{**model.get("sampling", {}), **spec.sampling, "temperature": spec.temperature})
-    loading = PolicyConfig(chat_format=model.get("chat_format", "auto"), tool_style=model.get("tool_style", "json"))
+    limits = RolloutLimits(**{**(model["limits"] or {}), **spec.limits})
+    sampling = SamplingConfig(**{**(model["sampling"] or {}), **spec.sampling, "temperature": spec.temperature})
+    loading = PolicyConfig(chat_format=model["chat_format"], tool_style=model["tool_style"])
     policy = load_eval_policy(str(checkpoint), loading)
     items: list[dict[str, Any]] = []
     fidelity: list[dict[str, Any]] = []
     for split in spec.splits:
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
-        categories = list(spec.categories) if spec.benchmark == "bfcl" else None
+        categories = list(spec.categories) if spec.benchmark != "shopworld" else None
         chosen = TaskFilter(categories=categories, split=split, task_ids=[t.id for t in tasks],
                             max_user_turns=spec.max_user_turns)  # fmt: skip
         for reimagine, n_values in evaluate_calls(spec, unit.seed):
@@ -95,9 +95,10 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
             result = evaluate(spec.benchmark, policy, tasks=chosen, imagination=imagination, limits=limits,
                               sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
                               drift=drifting, out=None, quiet=True)  # fmt: skip
-            items += [_item(split, it, reimagine) for it in result.items]
+            items += [_item(spec.stratum(split, it.category), it, reimagine) for it in result.items]
         rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
-        fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
+        if spec.answers_calls:
+            fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
     out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
     if unit.drift is not None:

@@ -17,15 +17,41 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
 from envace.experiment.evalspec import EvalSpec, drift_entries, setting_label
 from envace.paths import cache_dir
+from envace.types import UsageError
 
 KINDS = ("warm_start", "run", "eval")
 WARM = "warm_start"
+#: further settings of a run: ``envace fit`` arguments (``[--model.init_args.rl_lr_scale, "0.05"]``), or a
+#: YAML overlay of the fit config, shaped as ``configs/arms/*.yaml`` (``{model: {init_args: {rl_lr_scale: 0.05}}}``)
+Overlay: TypeAlias = list[str] | dict[str, Any]
+
+
+def overlay_args(overlay: Overlay) -> list[str]:
+    """An overlay as ``envace fit`` arguments: a list as it is, a mapping as one ``--config`` holding its
+    YAML (the fit's parser reads a config given inline as it reads a file).
+
+    >>> overlay_args(["--a", "1"]), overlay_args({"model": {"init_args": {"rl_lr_scale": 0.05}}})
+    (['--a', '1'], ['--config', '{model: {init_args: {rl_lr_scale: 0.05}}}'])
+    """
+    if isinstance(overlay, dict):
+        return ["--config", yaml.safe_dump(overlay, default_flow_style=True, sort_keys=False).strip()]
+    return list(overlay)
+
+
+def _check_overlay(where: str, overlay: Any) -> None:
+    """``overlay`` is a list of strings or a mapping of the fit config's sections (one line naming it, else)."""
+    if isinstance(overlay, list) and all(isinstance(a, str) for a in overlay):
+        return
+    if isinstance(overlay, dict) and overlay and all(isinstance(k, str) for k in overlay):
+        return
+    raise ValueError(f"{where}: expected a list of envace fit arguments or a mapping overlay of the fit config "
+                     f"(as configs/arms/*.yaml), got {overlay!r}")  # fmt: skip
 
 
 @dataclass
@@ -48,11 +74,14 @@ class ExperimentConfig:
         policies_from: the config of another experiment whose policies this one evaluates (its warm
             start and the final checkpoints of this config's arms × seeds, in its work folder): this
             grid trains nothing and its ``base`` must be that experiment's.
-        recipe: further ``envace fit`` arguments of every run (every arm, not the warm start), after
-            ``fit_args``: the RL recipe a search chose (``--model.init_args.rl_lr_scale 0.05``), so that
-            the warm start stays the one the search started from and the arms keep their plain names.
-        variants: named lists of further ``envace fit`` arguments of the runs, used by arms written
-            ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
+        recipe: further settings of every run (every arm, not the warm start), after ``fit_args``: the RL
+            recipe a search chose, so that the warm start stays the one the search started from and the
+            arms keep their plain names. An :data:`Overlay`: ``envace fit`` arguments
+            (``[--model.init_args.rl_lr_scale, "0.05"]``) or a YAML overlay of the fit config, as
+            ``configs/arms/*.yaml`` are (``{model: {init_args: {rl_lr_scale: 0.05}}}``), checked by the
+            fit's parser when the config is loaded (:func:`check_overlays`).
+        variants: named further settings of the runs (each an :data:`Overlay`, after the recipe), used by
+            arms written ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
         reference_arm: the arm every other policy is compared with in the report.
         release_seeds: the seeds whose runs' final policies, and then the warm start's, are released
             beside the result files as bf16 peft adapter folders (:mod:`~envace.experiment.release`).
@@ -72,8 +101,8 @@ class ExperimentConfig:
     work: str | None = None
     evaluation: EvalSpec = field(default_factory=EvalSpec)
     policies_from: str | None = None
-    recipe: list[str] = field(default_factory=list)
-    variants: dict[str, list[str]] = field(default_factory=dict)
+    recipe: Overlay = field(default_factory=list)
+    variants: dict[str, Overlay] = field(default_factory=dict)
     reference_arm: str = "envace"
     release_seeds: list[int] = field(default_factory=list)
     hypotheses: str | list[Any] | None = None
@@ -81,6 +110,9 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not self.arms or not self.seeds:
             raise ValueError("an experiment needs at least one arm and one seed")
+        _check_overlay("recipe", self.recipe)
+        for name, variant in self.variants.items():
+            _check_overlay(f"variants.{name}", variant)
         unknown = [a for a in self.arms if "+" in a and a.split("+", 1)[1] not in self.variants]
         if unknown:
             raise ValueError(f"arm {unknown[0]!r} names no variant of {sorted(self.variants)}")
@@ -108,14 +140,19 @@ class ExperimentConfig:
         return Path(self.work) if self.work else cache_dir() / "experiments" / self.name
 
     def run_args(self, arm: str) -> tuple[str, list[str]]:
-        """An arm's overlay name and its further ``envace fit`` arguments: the recipe's, then its variant's.
+        """An arm's overlay name and its further ``envace fit`` arguments: the recipe's, then its variant's
+        (:func:`overlay_args`).
 
         >>> ExperimentConfig("x", "b.yaml", ["envace", "real_env+slow"], variants={"slow": ["--a", "1"]},
-        ...                  recipe=["--b", "2"]).run_args("real_env+slow")
-        ('real_env', ['--b', '2', '--a', '1'])
+        ...                  recipe={"model": {"init_args": {"b": 2}}}).run_args("real_env+slow")
+        ('real_env', ['--config', '{model: {init_args: {b: 2}}}', '--a', '1'])
         """
         overlay, _, variant = arm.partition("+")
-        return overlay, [*self.recipe, *(self.variants[variant] if variant else [])]
+        return overlay, [*overlay_args(self.recipe), *(overlay_args(self.variants[variant]) if variant else [])]
+
+    def arm_config(self, overlay: str) -> Path:
+        """The file of an arm's overlay: ``arms/<overlay>.yaml`` beside the base config."""
+        return Path(self.base).parent / "arms" / f"{overlay}.yaml"
 
     def metadata(self) -> dict[str, Any]:
         """``experiment.json``: what the report needs to know of the grid."""
@@ -126,7 +163,7 @@ class ExperimentConfig:
             "arms": list(self.arms),
             "seeds": list(self.seeds),
             "reference_arm": self.reference_arm,
-            "splits": list(ev.splits),
+            "splits": ev.strata(),  # the report's columns: the splits, or bfcl-single's split:category
             "settings": settings,
             "config": asdict(self),
         }
@@ -247,6 +284,8 @@ def load_config(path: str) -> ExperimentConfig:
         raise ValueError(f"{path}: {exc}") from exc
     if cfg.policies_from is not None:
         check_source(cfg, path)
+    else:  # a grid that trains: its runs' overlays must parse
+        check_overlays(cfg, path)
     if cfg.hypotheses is not None:
         from envace.experiment.judge import load
 
@@ -255,6 +294,24 @@ def load_config(path: str) -> ExperimentConfig:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from exc
     return cfg
+
+
+def check_overlays(cfg: ExperimentConfig, path: str) -> None:
+    """Every run whose recipe or variant is a mapping overlay, parsed by the fit's own parser
+    (:func:`~envace.commands.fit_config.load_fit_config`: the base config, the arm's overlay, ``fit_args``,
+    then the run's settings), so a wrong key or value is one line naming it when the config is loaded,
+    not when that run starts. Lists of arguments are left to their fits, as before."""
+    from envace.commands.fit_config import load_fit_config
+
+    for arm in cfg.arms:
+        overlay, _, variant = arm.partition("+")
+        if not isinstance(cfg.recipe, dict) and not isinstance(cfg.variants.get(variant), dict):
+            continue
+        _, args = cfg.run_args(arm)
+        try:
+            load_fit_config(["--config", cfg.base, "--config", str(cfg.arm_config(overlay)), *cfg.fit_args, *args])
+        except UsageError as exc:
+            raise ValueError(f"{path}: arm {arm}: the fit's parser refuses its recipe or variant: {exc}") from None
 
 
 def source_config(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -52,7 +52,7 @@ def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     configs, variant = ["--config", cfg.base], list[str]()
     if unit.kind == "run":
         overlay, variant = cfg.run_args(unit.arm)
-        configs += ["--config", str(Path(cfg.base).parent / "arms" / f"{overlay}.yaml")]
+        configs += ["--config", str(cfg.arm_config(overlay))]
     out = [
         *configs,
         *cfg.fit_args,
@@ -91,24 +91,23 @@ def fit_args(cfg: ExperimentConfig, unit: Unit) -> list[str]:
     return out + ["--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"]
 
 
-def check_base(cfg: ExperimentConfig) -> None:
-    """The base config must let each unit's checkpoints follow its logger (no ``ModelCheckpoint``
-    ``dirpath``): else every unit would write the same folder."""
-    import yaml
+def check_checkpoints(cfg: ExperimentConfig, unit: Unit) -> None:
+    """A unit's fit config (base, overlay, ``fit_args``, variant, read as ``envace fit`` reads them) must
+    let its checkpoints follow its logger (no ``ModelCheckpoint`` ``dirpath``): else every unit would
+    write the same folder."""
+    from envace.commands.fit_config import load_fit_config
 
-    text = yaml.safe_load(Path(cfg.base).read_text()) or {}
-    for cb in (text.get("trainer") or {}).get("callbacks") or []:
-        checkpoints = isinstance(cb, dict) and str(cb.get("class_path", "")).endswith("ModelCheckpoint")
-        if checkpoints and (cb.get("init_args") or {}).get("dirpath"):
+    for cb in load_fit_config(fit_args(cfg, unit)).trainer.callbacks or []:
+        if str(cb.class_path).endswith("ModelCheckpoint") and cb.init_args.dirpath:
             raise ValueError(
-                f"{cfg.base}: ModelCheckpoint sets dirpath; an experiment's base config must not "
-                "(each unit's checkpoints go to its own folder)"
+                f"{unit.key}: ModelCheckpoint sets dirpath {cb.init_args.dirpath}; an experiment's fit "
+                "configs must not (each unit's checkpoints go to its own folder)"
             )
 
 
 def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
     """Run (or resume) the unit's fit to its last step; returns the seconds this attempt took."""
-    check_base(cfg)
+    check_checkpoints(cfg, unit)
     args = ["fit", *fit_args(cfg, unit)]
     last = last_checkpoint(cfg, unit.key)
     if last.is_file():

@@ -286,9 +286,9 @@ class PolicyModule(pl.LightningModule):
         """Two families of episodes, generated together (greedy by default, ``val_temperature``):
 
         * **committed** — the policy acts against the real environment, with the training limits;
-          each episode is scored by the benchmark's official checker
-          (:func:`envace.evaluation.official.official_score`) and by the training proxy: the figure
-          comparable across training arms and with ``envace evaluate``;
+          each episode is scored by the training proxy here and by the benchmark's official checker
+          in ``RolloutLogger`` (:func:`envace.callbacks.rollout.official_scores`, as for training
+          episodes): the figure comparable across training arms and with ``envace evaluate``;
         * **imagined** — the policy's calls are answered by its rehearsing weights (:meth:`rehearsal`:
           the policy's own, or an arm's simulator) beside a lockstep real environment: rehearsal
           fidelity of its own calls; with ``val_gold_fidelity`` also of the gold calls (the oracle
@@ -296,8 +296,6 @@ class PolicyModule(pl.LightningModule):
         """
         if not batch.tasks:
             return None
-        from envace.evaluation.official import official_score  # loaded on first use: it imports the benchmarks
-
         with kept_rng(), ExitStack() as stack, unsharded(self):
             for engine in self.engines():
                 stack.enter_context(engine.decoding(self.val_temperature))
@@ -308,7 +306,6 @@ class PolicyModule(pl.LightningModule):
             committed, imagined, *gold = run_together(jobs)
         return ValStepOutput(
             committed=committed,
-            official=[official_score(e) for e in committed],
             proxy=[self.reward(e) for e in committed],
             imagined=imagined,
             imagined_proxy=[self.reward(e) for e in imagined],

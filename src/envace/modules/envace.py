@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from envace.data.batch import StepBatch, TokenBatch, collate_episodes
+from envace.data.batch import StepBatch, TaskPool, TokenBatch, collate_episodes
 from envace.losses import LossInputs, RoleGRPOLoss
 from envace.modules.base import PolicyModule
 from envace.modules.logprobs import chunked_logprobs
@@ -26,7 +26,6 @@ from envace.rollout import (
     make_engine,
     summarize,
 )
-from envace.types import Task
 
 
 class EnvACEModule(PolicyModule):
@@ -237,7 +236,7 @@ class EnvACEModule(PolicyModule):
         result = self.run_episodes(batch.tasks, self.group_size, self.training_responder())
         episodes, rewards = result.episodes, [self.reward(e) for e in result.episodes]
         if self.dynamic_sampling:
-            episodes, rewards, result = self.resample_flat_groups(episodes, rewards, result)
+            episodes, rewards, result = self.resample_flat_groups(episodes, rewards, result, batch.pool)
         for engine in self.engines():
             engine.reset_cache()  # the rollout's keys and values are dead weight through the update
         tokens = collate_episodes([e.tensors() for e in episodes], self.engine.pad_id).to(self.device)
@@ -260,20 +259,18 @@ class EnvACEModule(PolicyModule):
         return RLStepOutput(loss=loss, episodes=episodes, rewards=rewards, rollout=result.stats)
 
     def resample_flat_groups(
-        self, episodes: list[Episode], rewards: list[RewardOutput], result: RolloutResult
+        self, episodes: list[Episode], rewards: list[RewardOutput], result: RolloutResult, pool: TaskPool | None
     ) -> tuple[list[Episode], list[RewardOutput], RolloutResult]:
         """Dynamic sampling (``dynamic_sampling`` rounds): each group without reward variance is replaced
-        by a fresh training task's group that has some; the result counts every sampled episode."""
+        by the group of a task drawn from ``pool`` (the step batch's: RL's training tasks) that has some;
+        the result counts every sampled episode. Without a pool (or an empty one) nothing is replaced."""
         g, sampled, seconds, replaced = self.group_size, list(episodes), result.stats.seconds, 0
-        datamodule = getattr(self._trainer, "datamodule", None)
-        pool: list[Task] = getattr(datamodule, "train_set", [])
-        seed = getattr(datamodule, "data_seed", 0)  # the data order's seed: one reading of seed_everything
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + self.global_step)
+        draw = pool.draws(self.global_step) if pool is not None and pool.tasks else None
         for _ in range(self.dynamic_sampling):
             flat = flat_groups([r.score for r in rewards], g)
-            if not flat or not pool:
+            if not flat or draw is None:
                 break
-            tasks = [pool[int(i)] for i in torch.randint(len(pool), (len(flat),), generator=gen)]
+            tasks = draw(len(flat))
             more = self.run_episodes(tasks, g, self.training_responder())
             sampled += more.episodes
             seconds += more.stats.seconds

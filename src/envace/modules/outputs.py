@@ -30,16 +30,15 @@ class RLStepOutput(TypedDict):
 class ValStepOutput(TypedDict):
     """A validation step, two families (``val/committed/*`` and ``val/imagined/*``):
 
-    * ``committed``: the policy acting against the real environment, scored by the benchmark's
-      official checker (``official``, ``None`` where it has none offline) and by the training proxy
-      (``proxy``);
+    * ``committed``: the policy acting against the real environment, scored by the training proxy
+      (``proxy``; the benchmark's official checker scores them in ``RolloutLogger``, as it does the
+      training episodes: :func:`envace.callbacks.rollout.official_scores`);
     * ``imagined``: the policy answering its own calls beside a lockstep real environment (its
       fidelity pairs), with the proxy's score of what it imagined (``imagined_proxy``), and
       (``val_gold_fidelity``) the episodes whose gold calls the policy rehearsed (empty without).
     """
 
     committed: list[Episode]
-    official: list[RewardOutput | None]
     proxy: list[RewardOutput]
     imagined: list[Episode]
     imagined_proxy: list[RewardOutput]

@@ -2,7 +2,10 @@
 
 A reward is a plain function ``(task, traj) -> RewardOutput`` (docs/design.md §3.5, STYLE.md row 4).
 :data:`REWARDS` names them as ``"module:function"`` strings, imported on first use, so that a
-benchmark's heavy imports (bfcl-eval, tau2) happen only when its reward is used.
+benchmark's heavy imports (bfcl-eval, tau2) happen only when its reward is used. A reward that needs
+an environment is registered by its own, later package (:func:`register_reward`): ``envs`` registers
+``python-env`` (a TRL-shaped class's ``get_reward()``) when it is imported, as every source of such
+tasks (``envace.data.sources``) does.
 
 Which reward a task gets (:func:`reward_for`):
 
@@ -46,7 +49,6 @@ REWARDS: dict[str, str] = {
     "judge": "envace.rewards.judge:judge_reward",
     "gold-calls": "envace.rewards.gold:gold_calls",  # your own tasks' gold calls (docs/own-tools.md)
     "gold-writes": "envace.rewards.gold:gold_writes",  # ShopWorld: writes and required reads (docs/shopworld.md)
-    "python-env": "envace.envs.pytools:python_env_reward",  # a TRL-shaped class's get_reward()
 }
 
 BY_BENCHMARK: dict[str, str] = {
@@ -67,6 +69,20 @@ LIMIT_FAILS: dict[str, frozenset[str]] = {
 }
 
 _BFCL_SINGLE_TURN_PREFIXES = ("simple", "multiple", "parallel", "irrelevance", "live_")
+
+
+def register_reward(name: str, target: str) -> None:
+    """Add reward ``name``, ``target`` a ``"module:function"`` string imported on first use: how a package
+    above this one registers a reward that needs it (``envace.envs`` registers ``python-env``). The same
+    registration again is a no-op; another target for a registered name is an error.
+
+    >>> register_reward("toolf1", "envace.rewards.toolf1:tool_f1")
+    >>> register_reward("toolf1", "mine:f")
+    Traceback (most recent call last):
+    ValueError: reward 'toolf1' is already registered as 'envace.rewards.toolf1:tool_f1', not 'mine:f'
+    """
+    if REWARDS.setdefault(name, target) != target:
+        raise ValueError(f"reward {name!r} is already registered as {REWARDS[name]!r}, not {target!r}")
 
 
 @cache
@@ -158,6 +174,7 @@ __all__ = [
     "RewardOutput",
     "RewardUnavailable",
     "compute_reward",
+    "register_reward",
     "get_reward",
     "reward_for",
     "reward_name",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import envace.envs  # noqa: F401  (registers python-env, the reward its TRL-shaped tasks name)
 from envace.types import Task
 
 SOURCES: dict[str, str] = {
