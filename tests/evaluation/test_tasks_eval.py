@@ -59,12 +59,14 @@ def test_a_model_policy_from_the_command_line(notes: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("path", "says"), [(None, "pass --tasks.path"), ("nowhere.yaml", "nowhere.yaml"), ("EMPTY", "no data.sources")]
-)
+    ("path", "says"),
+    [(None, "pass --tasks.path"), ("nowhere.yaml", "nowhere.yaml"), ("model: {}", "no data.sources"),
+     ("data: data.yaml", "in a file of its own is not read here")],
+)  # fmt: skip
 def test_a_missing_or_wrong_config_is_one_line(tmp_path: Path, path: str | None, says: str) -> None:
-    if path == "EMPTY":
-        path = str(tmp_path / "empty.yaml")
-        Path(path).write_text("model: {}\n")
+    if path is not None and ":" in path:  # a config's text
+        text, path = path, str(tmp_path / "fit.yaml")
+        Path(path).write_text(text + "\n")
     with pytest.raises(ValueError, match=says) as err:
         evaluate("tasks", "noop", tasks=TaskFilter(path=path), out=None, quiet=True)
     assert "\n" not in str(err.value)

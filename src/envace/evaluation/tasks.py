@@ -35,9 +35,11 @@ def fit_source(config: str | None, split: str) -> SourceSpec:
         data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"tasks: --tasks.path {config}: {str(exc).splitlines()[0]}") from None
-    sources = (data.get("data") or {}).get("sources") if isinstance(data, dict) else None
+    section = data.get("data") if isinstance(data, dict) else None
+    sources = section.get("sources") if isinstance(section, dict) else None
     if not isinstance(sources, list) or not sources:
-        raise ValueError(f"tasks: --tasks.path {config}: no data.sources (is it the fit config?)")
+        inline = " (a data section in a file of its own is not read here)" if isinstance(section, str) else ""
+        raise ValueError(f"tasks: --tasks.path {config}: no data.sources{inline} (is it the fit config?)")
     return dataclasses.replace(SourceSpec.parse(sources[0]), split=split)
 
 
