@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "validate": (None, "one validation pass of a policy: rehearsal fidelity and task success"),
     "data": ("envace.data.prepare:data_main", "prepare a task source (data prepare) or replay its gold (data verify)"),
     "show": ("envace.commands.show:main", "one task acted and rehearsed beside the real environment"),
-    "evaluate": ("envace.commands.preflight:evaluate", "a policy on a benchmark, with test-time private rehearsal"),
+    "evaluate": ("envace.commands.evaluate:main", "a policy on a benchmark, with test-time private rehearsal"),
     "bench": ("envace.bench:main", "speed and memory of training and rollout on this machine (JSON)"),
     "experiment": ("envace.experiment:main", "the arms x seeds comparison grid, resumable, and its report"),
     "export": ("envace.commands.export:main", "a checkpoint's act or rehearse weights as a save_pretrained folder"),

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from envace.commands.evaluate import main
+from envace.commands.fit_config import fit_source
 from envace.evaluation import TaskFilter, evaluate
-from envace.evaluation.run import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP = str(ROOT / "configs" / "mcp_example.yaml")
@@ -21,7 +22,7 @@ def _rows(result) -> dict[tuple[str, str], tuple[float, int]]:
 
 def test_the_oracle_passes_the_shops_test_tasks_against_its_server_and_noop_none() -> None:
     pick = TaskFilter(split="test", limit=1, path=SHOP)  # one task of each of the four kinds
-    oracle = evaluate("tasks", "oracle", tasks=pick, out=None, quiet=True)
+    oracle = evaluate("tasks", "oracle", tasks=pick, out=None, quiet=True, source=fit_source(SHOP))
     rows = _rows(oracle)
     assert rows[("[all]", "success")] == (1.0, 4) and rows[("[all]", "score")] == (1.0, 4)
     assert {it.category for it in oracle.items} == {"price", "order", "status", "cancel"}
@@ -29,7 +30,7 @@ def test_the_oracle_passes_the_shops_test_tasks_against_its_server_and_noop_none
     assert all(it.task_id.startswith("shop-") for it in oracle.items)
     responses = [c["response"] for it in oracle.items for c in it.calls]
     assert responses and not any("error" in r for r in responses)  # the real server answered each call
-    noop = evaluate("tasks", "noop", tasks=pick, out=None, quiet=True)
+    noop = evaluate("tasks", "noop", tasks=pick, out=None, quiet=True, source=fit_source(SHOP))
     assert _rows(noop)[("[all]", "success")] == (0.0, 4)
 
 
@@ -43,7 +44,7 @@ def notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_users_own_reward_scores_and_its_none_masks(notes: str) -> None:
-    result = evaluate("tasks", "oracle", tasks=TaskFilter(path=notes), out=None, quiet=True)
+    result = evaluate("tasks", "oracle", tasks=TaskFilter(), out=None, quiet=True, source=fit_source(notes))
     scores = {it.task_id: it.score for it in result.items}
     assert scores == {"notes-0": 1.0, "notes-1": 1.0, "notes-2": 1.0, "notes-3": None}
     assert _rows(result)[("all", "success")] == (1.0, 4)  # three scored, the masked one left out
@@ -61,12 +62,20 @@ def test_a_model_policy_from_the_command_line(notes: str, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("path", "says"),
     [(None, "pass --tasks.path"), ("nowhere.yaml", "nowhere.yaml"), ("model: {}", "no data.sources"),
-     ("data: data.yaml", "in a file of its own is not read here")],
+     ("data: data.yaml", "data.yaml")],
 )  # fmt: skip
 def test_a_missing_or_wrong_config_is_one_line(tmp_path: Path, path: str | None, says: str) -> None:
     if path is not None and ":" in path:  # a config's text
         text, path = path, str(tmp_path / "fit.yaml")
         Path(path).write_text(text + "\n")
     with pytest.raises(ValueError, match=says) as err:
-        evaluate("tasks", "noop", tasks=TaskFilter(path=path), out=None, quiet=True)
+        fit_source(path)
     assert "\n" not in str(err.value)
+
+
+def test_the_fit_config_is_read_as_envace_fit_reads_it(tmp_path: Path, notes: str) -> None:
+    """A data section in a file of its own and a dotted override reach the tasks, as in ``envace fit``
+    (a raw YAML read saw neither)."""
+    (tmp_path / "data.yaml").write_text("sources:\n  - {name: 'own_tools.plugins:notes_source', split: train}\n")
+    (tmp_path / "split.yaml").write_text("data: data.yaml\n")
+    assert fit_source(str(tmp_path / "split.yaml")).name == "own_tools.plugins:notes_source"

@@ -16,9 +16,12 @@ overrides and defaults).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envace.commands.errors import UsageError, condense, option_strings
+
+if TYPE_CHECKING:
+    from envace.data.sources import SourceSpec
 
 #: what a partial fit config stands in for the values ``envace fit`` requires: the module that
 #: ``envace fit --model.help`` describes, and no data source
@@ -171,3 +174,19 @@ def load_fit_config(args: list[str], partial: bool = False) -> Any:
     quiet = {"exit_on_error": False}  # a refusal raises, and is told in one line above
     args = [*STAND_INS, *args] if partial else list(args)
     return _build(ParseOnly, args, False, parser=quiet, load_from_checkpoint_support=False).config
+
+
+def fit_source(config: str | None) -> SourceSpec:
+    """The first training source of the fit config ``config``, as ``envace fit`` reads it: your own
+    tasks for ``envace evaluate --benchmark tasks`` (which picks their split). One-line errors."""
+    from envace.data.sources import SourceSpec
+
+    if not config:
+        raise UsageError("tasks: pass --tasks.path <the fit config whose data.sources names your tasks>")
+    try:
+        sources = load_fit_config(["--config", config], partial=True).data.sources or []
+    except UsageError as exc:
+        raise UsageError(f"tasks: --tasks.path {config}: {exc}") from None
+    if not sources:
+        raise UsageError(f"tasks: --tasks.path {config}: no data.sources (is it the fit config?)")
+    return SourceSpec.parse(sources[0])

@@ -11,8 +11,7 @@ download retries), and no run folder is left behind.
   on a probe episode (:func:`envace.rewards.userfn.probe_reward`); each failure one line;
 * :func:`check_model_source` — a packaged name, ``tiny``, a folder, a model in the Hugging Face cache,
   or a hub id the hub knows (asked once, bounded by :data:`HUB_TIMEOUT_S`; never with
-  ``HF_HUB_OFFLINE``);
-* :func:`evaluate` — ``envace evaluate``, its ``--policy`` and ``--simulator`` checked first.
+  ``HF_HUB_OFFLINE``). ``envace evaluate`` uses the last two (:mod:`envace.commands.evaluate`).
 """
 
 from __future__ import annotations
@@ -241,19 +240,3 @@ def check_vllm(sampling: Any) -> None:
         vllm_python(str(value(sampling, "vllm.venv") or ".venv-vllm"))
     except VLLMError as exc:
         raise UsageError(str(exc)) from None
-
-
-def evaluate(argv: list[str]) -> int:
-    """``envace evaluate`` (:func:`envace.evaluation.main`), its ``--policy`` and ``--simulator``
-    checked before any model is loaded."""
-    from envace.evaluation.policies import REFERENCE_POLICIES
-    from envace.evaluation.run import evaluate as run_evaluation
-    from envace.evaluation.run import parse
-
-    kwargs = parse(argv)
-    check_model_source(str(kwargs["policy"]), "--policy", references=tuple(REFERENCE_POLICIES))
-    if kwargs.get("simulator"):
-        check_model_source(str(kwargs["simulator"]), "--simulator")
-    check_vllm(kwargs.get("sampling"))
-    run_evaluation(**kwargs)
-    return 0

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from envace.data.sources import SourceSpec
 from envace.envs import task_drift
 from envace.evaluation.base import Benchmark, ItemResult, TaskFilter, by_category, item_result
 from envace.evaluation.bfcl import BFCLBenchmark
@@ -106,10 +107,10 @@ def run_setting(
 
 def _benchmark(
     name: BenchmarkName | OwnTasks, tasks: TaskFilter, user: UserSimConfig, solo: bool, trials: int,
-    simulator: str | None, model: PolicyConfig, sampling: SamplingConfig,
+    simulator: str | None, model: PolicyConfig, sampling: SamplingConfig, source: SourceSpec | None = None,
 ) -> Benchmark:  # fmt: skip
     if name == "tasks":
-        return TasksBenchmark(tasks)
+        return TasksBenchmark(tasks, source)
 
     def load(n: str) -> Policy:
         return load_eval_policy(n, model)
@@ -172,6 +173,7 @@ def evaluate(
     out: str | None = "runs/eval",
     quiet: bool = False,
     progress_every: float = 5.0,
+    source: SourceSpec | None = None,
 ) -> EvalResult:
     """Evaluate a policy on a benchmark under one or several test-time imagination settings.
 
@@ -202,6 +204,9 @@ def evaluate(
         quiet: do not print progress and the table.
         progress_every: seconds between progress lines on stderr (items done, rate, time left); a
             heartbeat with the tokens generated so far fills longer gaps (``0``: per item only).
+        source: ``tasks``: the source of your own tasks, the first of a fit config's ``data.sources``
+            (``envace evaluate`` reads it from ``--tasks.path`` with
+            :func:`envace.commands.fit_config.fit_source`).
     """
     tasks, imagination = tasks or TaskFilter(), imagination or ImaginationConfig()
     limits, sampling = limits or RolloutLimits(), sampling or SamplingConfig()
@@ -215,7 +220,7 @@ def evaluate(
     pol = loaded or load_eval_policy(policy, model)
     if pol.reference:
         limits = dataclasses.replace(limits, **{k: max(getattr(limits, k), v) for k, v in REFERENCE_LIMITS.items()})
-    bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling)
+    bench = _benchmark(benchmark, tasks, user, solo, trials, simulator, model, sampling, source)
     task_list = bench.tasks()
     if not task_list:
         raise ValueError(f"no {benchmark} tasks match {tasks}")
@@ -334,7 +339,7 @@ def parser() -> Any:
 
     p = ArgumentParser(prog="envace evaluate", description=__doc__.split("\n\n")[0], default_env=False)
     p.add_argument("--config", action=ActionConfigFile, help="a YAML config (configs/eval/<benchmark>.yaml)")
-    p.add_function_arguments(evaluate, as_positional=False)
+    p.add_function_arguments(evaluate, as_positional=False, skip={"source"})  # from --tasks.path
     return p
 
 
@@ -342,7 +347,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     """The keyword arguments of :func:`evaluate` for a command line (nested configs instantiated)."""
     p = parser()
     init = p.instantiate_classes(p.parse_args(drift_shorthand(argv)))
-    return {name: init.get(name) for name in inspect.signature(evaluate).parameters}
+    return {name: init.get(name) for name in inspect.signature(evaluate).parameters if name != "source"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,42 +5,25 @@ the fit scored it with (:func:`envace.rewards.compute_reward`: the source's ``re
 
     envace evaluate --benchmark tasks --tasks.path configs/mcp_example.yaml --tasks.split test --policy <ckpt>
 
-``tasks.path`` is the fit config; its first ``data.sources`` entry names the source, its path, its
-environment and its reward, and ``tasks.split`` (default ``test``) replaces its split. Rows per task
+``tasks.path`` is the fit config, read as ``envace fit`` reads it
+(:func:`envace.commands.fit_config.fit_source`, which gives :func:`~envace.evaluation.run.evaluate` its
+``source``); its first ``data.sources`` entry names the source, its path, its environment and its
+reward, and ``tasks.split`` (default ``test``) replaces its split. Rows per task
 category (the rows' ``metadata.category``) and ``[all]``: ``success`` and ``score`` as the reward gives them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from envace.data.sources import SourceSpec
-from envace.evaluation.base import Benchmark, ItemResult, Summary, by_category, mean
+from envace.evaluation.base import Benchmark, ItemResult, Summary, TaskFilter, by_category, mean
 from envace.evaluation.policies import Policy
 from envace.rewards import compute_reward, reward_name
 from envace.rewards.base import RewardOutput
 from envace.rollout import Episode, RealEnvironment
 from envace.rollout.responders import Responder
-
-
-def fit_source(config: str | None, split: str) -> SourceSpec:
-    """The first training source of the fit config ``config``, its split replaced by ``split``."""
-    if not config:
-        raise ValueError("tasks: pass --tasks.path <the fit config whose data.sources names your tasks>")
-    try:
-        data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"tasks: --tasks.path {config}: {str(exc).splitlines()[0]}") from None
-    section = data.get("data") if isinstance(data, dict) else None
-    sources = section.get("sources") if isinstance(section, dict) else None
-    if not isinstance(sources, list) or not sources:
-        inline = " (a data section in a file of its own is not read here)" if isinstance(section, str) else ""
-        raise ValueError(f"tasks: --tasks.path {config}: no data.sources{inline} (is it the fit config?)")
-    return dataclasses.replace(SourceSpec.parse(sources[0]), split=split)
 
 
 class TasksBenchmark(Benchmark):
@@ -49,8 +32,14 @@ class TasksBenchmark(Benchmark):
     name = "tasks"
     headline = "success"
 
+    def __init__(self, filter: TaskFilter, source: SourceSpec | None):
+        super().__init__(filter)
+        if source is None:  # envace evaluate reads it from --tasks.path (envace.commands.fit_config.fit_source)
+            raise ValueError("tasks: pass --tasks.path <the fit config whose data.sources names your tasks>")
+        self.source = source
+
     def tasks(self) -> list[Any]:
-        tasks = fit_source(self.filter.path, self.filter.split or "test").load()
+        tasks = dataclasses.replace(self.source, split=self.filter.split or "test").load()
         cats = self.filter.categories
         return self.filter.apply([t for t in tasks if cats is None or t.category in cats])
 
