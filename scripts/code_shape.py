@@ -34,10 +34,7 @@ LAYERS = (
     ("commands", "bench", "cli", "experiment"),
 )
 #: dependencies on a later layer that the architecture names, each with its reason
-EXCEPTIONS = {
-    ("envace.data.memory_notes", "envace.inference.memory"): "one renderer of the memory note (a leaf on types)",
-    ("envace.rollout.episode", "envace.inference.memory"): "the episode's imagined turns (type only; a leaf on types)",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 REGISTRY = re.compile(r"envace(?:\.\w+)+(?::\w+)?")
 
 

@@ -9,7 +9,7 @@ from envace.data.sources import load_source
 from envace.envs import DriftSpec, drifted_task
 from envace.envs.drift_kinds import WRAPPERS
 from envace.inference import ImaginationConfig, imagining_rollout
-from envace.inference.memory import HEADER, REVISED_HEADER
+from envace.protocol.memory import HEADER, REVISED_HEADER
 from envace.protocol.render import HermesFormat
 from envace.rollout import RealEnvironment, RolloutLimits
 from envace.rollout.reference import ScriptedEngine

@@ -2,7 +2,7 @@
 (``EnvACEDataModule(memory_notes=...)``, off by default; docs/data.md "Memory notes").
 
 At test time, imagination appends to every user turn a memory note: a system turn after the user
-turn and before the assistant header, rendered by :func:`envace.inference.memory.render_memory`
+turn and before the assistant header, rendered by :func:`envace.protocol.memory.render_memory`
 (:meth:`envace.inference.Imagination.add_note`). No grounded episode holds one, so a small policy meets
 the note first at test time. A noted episode carries, after each user message, a
 ``Message("system", render_memory(attempts))`` that :func:`envace.protocol.tokens.encode_trajectory`
@@ -30,7 +30,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from envace.inference.memory import Attempt, render_memory
+from envace.protocol.memory import Attempt, render_memory
 from envace.protocol.parse import tool_name, validate_call
 from envace.types import CallRecord, Message, ToolCall, ToolSchema, Trajectory
 

@@ -12,7 +12,7 @@ from envace.inference.imagine import (
     imagining_rollout,
     token_counts,
 )
-from envace.inference.memory import Attempt, ImaginedTurn, render_attempt, render_memory
+from envace.protocol.memory import Attempt, ImaginedTurn, render_attempt, render_memory
 
 __all__ = [
     "Attempt",

@@ -10,7 +10,7 @@ For every user turn of every committed episode, before the policy acts (the roll
    independent and run together. ``sequential``: attempt k starts from the committed context plus
    the memory of attempts 1..k-1 and so can revise them. Every episode's attempts are batched with
    every other generation of the rollout;
-2. **condense** — each attempt becomes an :class:`~envace.inference.memory.Attempt` (calls,
+2. **condense** — each attempt becomes an :class:`~envace.protocol.memory.Attempt` (calls,
    rehearsed results, expected outcome, errors) and the attempts a text note;
 3. **commit** — the note is appended to the committed episode as a context segment (a system turn
    placed after the user turn and before the assistant header, so it is part of the prompt of every
@@ -19,7 +19,7 @@ For every user turn of every committed episode, before the policy acts (the roll
 
 With ``reimagine = k > 0`` (a mitigation of drift, off by default), imagination is conditioned on
 what the real environment answered: once an act step's calls are answered, if a real response has a
-shape the latest attempts did not rehearse for its tool (:func:`~envace.inference.memory.unforeseen`:
+shape the latest attempts did not rehearse for its tool (:func:`~envace.protocol.memory.unforeseen`:
 other keys, an error, another type), the rest of the turn is imagined again from the committed
 context, which now holds the real responses, and its note appended (at most k times per user turn).
 
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from envace.inference.memory import Attempt, ImaginedTurn, render_memory, unforeseen
+from envace.protocol.memory import Attempt, ImaginedTurn, render_memory, unforeseen
 from envace.protocol.render import ChatFormat
 from envace.protocol.tokens import EpisodeBuilder, PieceEncoder
 from envace.rollout.engine import Engine

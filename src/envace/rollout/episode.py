@@ -11,11 +11,11 @@ callbacks read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from envace.envs import Environment, canonical_calls, canonical_messages, canonical_task
+from envace.protocol.memory import ImaginedTurn
 from envace.protocol.tokens import EpisodeBuilder, EpisodeTensors
 from envace.types import (
     JSON,
@@ -29,9 +29,6 @@ from envace.types import (
     Trajectory,
     error_observation,
 )
-
-if TYPE_CHECKING:
-    from envace.inference.memory import ImaginedTurn
 
 
 @dataclass
