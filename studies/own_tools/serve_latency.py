@@ -110,9 +110,9 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS")) / 1024
 
 
-def sessions(w: Any, n: int) -> dict[str, Any]:
+def sessions(w: Any, n: int, max_sessions: int) -> dict[str, Any]:
     forget = {"forget": w.forget} if hasattr(w, "forget") else {}
-    table = serve_env.Sessions(**forget) if hasattr(serve_env, "Sessions") else None
+    table = serve_env.Sessions(max_sessions, **forget) if hasattr(serve_env, "Sessions") else None
     plain: dict[str, list[Any]] = {}
     w.answer([], call(0))  # warm: the engine (where it is kept) and the first allocations
     before, began, began_cpu = rss_mb(), time.perf_counter(), time.process_time()
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--histories", type=int, nargs="+", default=[1, 10, 30])
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=0)
+    parser.add_argument("--max_sessions", type=int, default=256, help="the session table's bound (serve-env's)")
     parser.add_argument("--policy", default="tiny", help="tiny, or a packaged model (smollm2-135m)")
     parser.add_argument("--fit_config", type=Path, default=None, help="its first source's tools and test calls")
     args = parser.parse_args()
@@ -149,7 +150,9 @@ def main() -> None:
         tools, system_prompt = serve_env.served_tools(tasks), tasks[0].system_prompt
         CALLS.extend(c for t in tasks for turn in t.gold for c in turn)
     w = world(args.policy, tools, system_prompt)
-    result = sessions(w, args.sessions) if args.sessions else latencies(w, args.histories, args.samples)
+    result = (
+        sessions(w, args.sessions, args.max_sessions) if args.sessions else latencies(w, args.histories, args.samples)
+    )
     config = str(args.fit_config or "the shop's two tools")
     print(json.dumps({"code": serve_env.__file__, "config": config, **result}))
 
