@@ -4,19 +4,20 @@
         [--fit_config configs/mcp_clinic.yaml]
 
 The world model of ``envace serve-env`` in-process (:class:`envace.commands.serve_env.WorldModel`,
-``answer(history, call)``, the method the MCP server calls), over the shop example's two tools (or,
-with ``--fit_config``, the tools and the test tasks' gold calls in file order, cycled, of that config's
-first training source, listed from its real server: :func:`serve_validity.test_tasks`), with
-the ``tiny`` policy (``--policy``) whose head is biased to end every rehearsal at once (an untrained model rarely
-ends a tool turn, and a rehearsal cut short ends the session's episode, so no history would build):
-what is timed is the serving machinery, not the model's writing. ``--samples`` sessions are played
-call after call; the call made after h earlier ones is timed for each h of ``--histories``: p50 and
-p95 of the wall time, and the median CPU time, in seconds. ``--sessions N`` instead answers one call in each of N
-sessions (the server's session table: ``Sessions`` where it exists, else a plain dict as before)
-and prints the process's resident memory before and after, and the tokens the engines keep. The table
-is made as serve-env makes it (its ``forget`` hook, where the code has one, frees a dropped session's
-kept rows) and each call is answered in its session (``serve``, where it exists). Run it with
-``PYTHONPATH`` on another checkout's ``src`` for that code's figures.
+``answer(history, call)``, the method the MCP server calls), over the shop example's two tools (or, with
+``--fit_config``, the tools and the test tasks' gold calls in file order, cycled, of that config's first
+training source, listed from its real server: :func:`serve_validity.test_tasks`), with the ``tiny``
+policy (``--policy``; ``--checkpoint`` a trained one, unbiased) whose head is biased to end every
+rehearsal at once (an untrained model rarely ends a tool turn, and a rehearsal cut short ends the
+session's episode, so no history would build): what is timed is the serving machinery, not the model's
+writing. ``--samples`` sessions are played call after call; the call made after h earlier ones is timed
+for each h of ``--histories``: p50 and p95 of the wall time, and the median CPU time, in seconds.
+``--sessions N`` instead answers one call in each of N sessions (the server's session table:
+``Sessions`` where it exists, else a plain dict as before) and prints the process's resident memory
+before and after, and the tokens the engines keep. The table is made as serve-env makes it (its
+``forget`` hook, where the code has one, frees a dropped session's kept rows) and each call is answered
+in its session (``serve``, where it exists). Run it with ``PYTHONPATH`` on another checkout's ``src``
+for that code's figures.
 """
 
 from __future__ import annotations
@@ -62,15 +63,16 @@ def call(i: int) -> ToolCall:
     return ToolCall("place_order", {"sku": "MUG-BLUE", "quantity": 1 + i % 3})
 
 
-def world(name: str, tools: list[Any], system_prompt: str) -> Any:
-    policy = load_actor(name, None, None, 0)
+def world(name: str, tools: list[Any], system_prompt: str, checkpoint: str | None, max_rehearse: int) -> Any:
+    policy = load_actor(name, checkpoint, None, 0)
     stop = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def end_at_once(module: Any, inputs: Any, output: Any) -> Any:
         output[..., stop] += 1e4
         return output
 
-    policy.model.lm_head.register_forward_hook(end_at_once)
+    if checkpoint is None:  # a trained checkpoint ends its rehearsals itself
+        policy.model.lm_head.register_forward_hook(end_at_once)
     make_engine = rollout.make_engine  # the hook must see the policy itself: no prepacked sampling copy
 
     def kept_engine(m: Any, t: Any, f: Any, s: Any = None) -> Any:
@@ -78,7 +80,7 @@ def world(name: str, tools: list[Any], system_prompt: str) -> Any:
         return ENGINES[-1]
 
     rollout.make_engine = kept_engine
-    limits = RolloutLimits(max_rehearse_tokens=16, max_episode_tokens=8192)
+    limits = RolloutLimits(max_rehearse_tokens=max_rehearse, max_episode_tokens=8192)
     return serve_env.WorldModel(policy, tools, system_prompt, limits)
 
 
@@ -139,7 +141,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=0)
     parser.add_argument("--max_sessions", type=int, default=256, help="the session table's bound (serve-env's)")
-    parser.add_argument("--policy", default="tiny", help="tiny, or a packaged model (smollm2-135m)")
+    parser.add_argument("--policy", default="tiny", help="tiny, or a packaged model (smollm2-135m), or a .ckpt's base")
+    parser.add_argument("--checkpoint", default=None, help="a trained .ckpt or export folder (no end-at-once bias)")
+    parser.add_argument("--max_rehearse_tokens", type=int, default=16)
     parser.add_argument("--fit_config", type=Path, default=None, help="its first source's tools and test calls")
     args = parser.parse_args()
     tools, system_prompt = TOOLS, "You are the shop's assistant."
@@ -149,7 +153,7 @@ def main() -> None:
         tasks = test_tasks(args.fit_config)
         tools, system_prompt = serve_env.served_tools(tasks), tasks[0].system_prompt
         CALLS.extend(c for t in tasks for turn in t.gold for c in turn)
-    w = world(args.policy, tools, system_prompt)
+    w = world(args.policy, tools, system_prompt, args.checkpoint, args.max_rehearse_tokens)
     result = (
         sessions(w, args.sessions, args.max_sessions) if args.sessions else latencies(w, args.histories, args.samples)
     )
