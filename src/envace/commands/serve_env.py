@@ -13,16 +13,17 @@ PER ACT TURN as the warm start laid them out (:class:`StepwiseOracle`), and whos
 :class:`~envace.rollout.PolicyRehearsal` writes, decoded greedily; the earlier tool turns are written
 again as sampled (:class:`SessionReplay`), so only the new call is rehearsed.
 
-Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's
-schema, and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not
-parse, answers ``isError`` with the error object as JSON text; a call the rehearsal cannot reach
-within ``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history,
-so the session goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1
-only) each MCP session has its own history and lock, at most ``--max_sessions`` of them, each forgotten
-after ``--session_idle_s`` idle; different sessions' calls run at once on ``--workers`` workers, and no
-call waits over ``--busy_s`` (``BUSY``; :mod:`envace.commands.serve_sessions`). ``--check N`` instead
-rehearses N responses to the val tasks' gold calls beside the real server's (the same lockstep as
-validation) and prints their fidelity (exact match, key F1, value F1, decision F1, ...).
+Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's schema,
+and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not parse, answers
+``isError`` with the error object as JSON text; a call the rehearsal cannot reach within
+``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history, so the session
+goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1 only) each MCP
+session has its own history and lock, at most ``--max_sessions`` of them and none idle over
+``--session_idle_s`` (a forgotten session's kept keys and values are freed with it); different sessions'
+calls run at once on ``--workers`` workers, and no call waits over ``--busy_s`` (``BUSY``;
+:mod:`envace.commands.serve_sessions`). ``--check N`` instead rehearses N responses to the val tasks'
+gold calls beside the real server's (the same lockstep as validation) and prints their fidelity (exact
+match, key F1, value F1, decision F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -267,8 +268,7 @@ class WorldModel:
 
     def serve(self, session: Session, call: ToolCall) -> tuple[JSON, bool]:
         """:meth:`answer` under the session's own lock, waited for at most ``busy_s`` (:meth:`Session.serve`)."""
-        answered = session.serve(self.answer, call, self.busy_s)
-        return answered if isinstance(answered, tuple) else (answered, True)
+        return session.serve(self.answer, call, self.busy_s)
 
     def check(self, tasks: list[Task], n: int) -> dict[str, float]:
         """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most

@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     from envace.commands.serve_env import WorldModel
 
 W = TypeVar("W")
-R = TypeVar("R")
 #: a kept row's key in an engine: the token ids its keys and values cover
 Key = tuple[int, ...]
+#: a world model's ``answer(history, call, session)``: ``(response, is_error)``
+Answer = Callable[[list[Any], Any, "Session"], tuple[Any, bool]]
 
 
 def busy(what: str, seconds: float) -> dict[str, Any]:
@@ -74,12 +75,12 @@ class Session:
         if self.forgotten:
             free_rows(kept, mine)
 
-    def serve(self, answer: Callable[[list[Any], Any, Session], R], call: Any, busy_s: float) -> R | dict[str, Any]:
-        """``answer(history, call, session)`` under this session's lock (other sessions' calls go on
-        meanwhile), waited for at most ``busy_s`` (else :func:`busy`): its calls are answered one
-        after the other, in the order they came."""
+    def serve(self, answer: Answer, call: Any, busy_s: float) -> tuple[Any, bool]:
+        """``answer(history, call, session)`` (``(response, is_error)``) under this session's lock (other
+        sessions' calls go on meanwhile), waited for at most ``busy_s`` (else :func:`busy`): its calls
+        are answered one after the other, in the order they came."""
         if not self.lock.acquire(timeout=busy_s):
-            return busy("turn of this session (its earlier call is still being answered)", busy_s)
+            return busy("turn of this session (its earlier call is still being answered)", busy_s), True
         try:
             return answer(self.history, call, self)
         finally:
