@@ -60,6 +60,9 @@ def test_tasks(fit_config: Path) -> list[Any]:
     source = dict(yaml.safe_load(fit_config.read_text())["data"]["sources"][0])
     options = {**dict(source.pop("options", None) or {}), **{k: v for k, v in source.items() if k != "split"}}
     name, path = options.pop("name"), options.pop("path")
+    server = options.get("env", {}).get("server")
+    if isinstance(server, dict) and "command" in server:  # its relative paths are the repository's, wherever this runs
+        server.setdefault("cwd", str(ROOT))
     return load_source(name, split="test", path=str(ROOT / path), **options)
 
 
