@@ -172,3 +172,23 @@ def test_a_sessions_second_call_waits_for_its_first_and_no_wait_is_unbounded(wor
         response, failed = busy_world.serve(Session(), CALLS[0])
     assert failed and response["error"]["code"] == "BUSY" and "--busy_s" in response["error"]["message"]
     assert busy_world.serve(Session(), CALLS[0])[0].get("error", {}).get("code") != "BUSY"  # free again
+
+
+@pytest.mark.parametrize("bound", ["count", "idle time"])
+def test_a_forgotten_sessions_kept_rows_are_freed(world: WorldModel, bound: str) -> None:
+    now = [0.0]
+    bounds = {"max_sessions": 1 if bound == "count" else 8, "idle_s": 10.0}
+    sessions = Sessions(**bounds, clock=lambda: now[0], forget=world.forget)
+    first = sessions.session("a")
+    with world.pool.lend(-1) as (_, rollout):
+        kept = rollout.responder.rehearsal.engine.kept.rows  # the worker a sequential client's calls find free
+    before = set(kept)
+    for call in (ToolCall("place_order", {"sku": bound, "quantity": 2}), CALLS[1]):  # rows no other test keeps
+        world.serve(first, call)
+    held = set(kept) - before
+    assert held  # the session's rows (its prefix), kept for its next call
+    now[0] = 100.0 if bound == "idle time" else 1.0
+    other = ToolCall("order_status", {"order_id": "B7"})  # not a's: the same calls would keep the same rows
+    world.serve(sessions.session("b"), other)  # "a" forgotten: over the count, or idle too long
+    assert "a" not in sessions.live and not held & set(kept)  # its rows went with it
+    assert sum(map(len, kept)) <= sum(map(len, before | (set(kept) - before)))

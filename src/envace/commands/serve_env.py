@@ -13,16 +13,17 @@ PER ACT TURN as the warm start laid them out (:class:`StepwiseOracle`), and whos
 :class:`~envace.rollout.PolicyRehearsal` writes, decoded greedily; the earlier tool turns are written
 again as sampled (:class:`SessionReplay`), so only the new call is rehearsed.
 
-Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's
-schema, and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not
-parse, answers ``isError`` with the error object as JSON text; a call the rehearsal cannot reach
-within ``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history,
-so the session goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1
-only) each MCP session has its own history and lock, at most ``--max_sessions`` of them, each forgotten
-after ``--session_idle_s`` idle; different sessions' calls run at once on ``--workers`` workers, and no
-call waits over ``--busy_s`` (``BUSY``; :mod:`envace.commands.serve_sessions`). ``--check N`` instead
-rehearses N responses to the val tasks' gold calls beside the real server's (the same lockstep as
-validation) and prints their fidelity (exact match, key F1, value F1, decision F1, ...).
+Arguments are checked first (``isError`` with the reason, nothing rehearsed): against the tool's schema,
+and against ``--max_argument_bytes``. A rehearsed error, or a rehearsal that does not parse, answers
+``isError`` with the error object as JSON text; a call the rehearsal cannot reach within
+``max_episode_tokens`` answers ``NOT_REHEARSED`` and does not join the session's history, so the session
+goes on. Over stdio the process is one session; over HTTP (``--port``, on 127.0.0.1 only) each MCP
+session has its own history and lock, at most ``--max_sessions`` of them and none idle over
+``--session_idle_s`` (a forgotten session's kept keys and values are freed with it); different sessions'
+calls run at once on ``--workers`` workers, and no call waits over ``--busy_s`` (``BUSY``;
+:mod:`envace.commands.serve_sessions`). ``--check N`` instead rehearses N responses to the val tasks'
+gold calls beside the real server's (the same lockstep as validation) and prints their fidelity (exact
+match, key F1, value F1, decision F1, ...).
 
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint runs/mcp_example/envace/checkpoints/last.ckpt
     envace serve-env --fit_config configs/mcp_example.yaml --checkpoint <export folder> --port 8001
@@ -34,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import sys
 import threading
@@ -43,7 +45,7 @@ from statistics import fmean
 from typing import Any
 
 from envace.commands.preflight import value
-from envace.commands.serve_sessions import Pool, Session, Sessions, busy
+from envace.commands.serve_sessions import Key, Pool, Session, Sessions, busy, free_rows, mcp_server
 from envace.data.sources import SourceSpec
 from envace.data.sources.records import read_json
 from envace.envs.base import SizeBounds, json_size, unusable_arguments
@@ -80,6 +82,17 @@ def read_sources(config: str) -> tuple[SourceSpec, SourceSpec | None, str]:
         raise ValueError(f"--fit_config {config}: no data.sources: which environment's tools to serve?")
     policy = value(parsed, "model.init_args.policy.name_or_path") or PolicySpec().name_or_path
     return SourceSpec.parse(train[0]), SourceSpec.parse(val[0]) if val else None, str(policy)
+
+
+def kept_rows(rollout: Any) -> dict[Key, Any]:
+    """The rows (keys and values) a worker's engine keeps between calls; none for an engine that keeps none."""
+    kept = getattr(rollout.responder.rehearsal.engine, "kept", None)
+    return kept.rows if kept is not None else {}
+
+
+def free_worker_rows(rollout: Any, keys: set[Key]) -> None:
+    """Drop ``keys``'s rows from the ones a worker's engine keeps."""
+    free_rows(kept_rows(rollout), keys)
 
 
 def served_tools(tasks: list[Task]) -> list[ToolSchema]:
@@ -203,10 +216,18 @@ class WorldModel:
                 return None
             index, rollout = lent
             rollout.responder.known, rollout.responder.made = list(known or []), []
+            before = set(kept_rows(rollout))
             rollout.run([task], 1, seeds=[0])
             if session is not None:
                 session.worker = index
+                session.keep(index, kept_rows(rollout), before)
             return list(rollout.responder.made)
+
+    def forget(self, session: Session) -> None:
+        """Free a forgotten session's kept rows in every worker's engine that holds some (at once where
+        the worker is free, else when its call gives it back)."""
+        for index, keys in list(session.rows.items()):
+            self.pool.when_free(index, functools.partial(free_worker_rows, keys=keys))
 
     def rehearse(self, calls: list[ToolCall]) -> list[JSON]:
         """The rehearsed responses of ``calls``, made in this order in one session (all rehearsed)."""
@@ -246,14 +267,8 @@ class WorldModel:
         return turns[-1].response, is_error(turns[-1].response)
 
     def serve(self, session: Session, call: ToolCall) -> tuple[JSON, bool]:
-        """:meth:`answer` under the session's own lock (other sessions' calls go on meanwhile), waited for
-        at most ``busy_s``: a session's calls are answered one after the other, in the order they came."""
-        if not session.lock.acquire(timeout=self.busy_s):
-            return busy("turn of this session (its earlier call is still being answered)", self.busy_s), True
-        try:
-            return self.answer(session.history, call, session)
-        finally:
-            session.lock.release()
+        """:meth:`answer` under the session's own lock, waited for at most ``busy_s`` (:meth:`Session.serve`)."""
+        return session.serve(self.answer, call, self.busy_s)
 
     def check(self, tasks: list[Task], n: int) -> dict[str, float]:
         """Mean fidelity of the first ``n`` rehearsed responses to the gold calls of ``tasks`` (at most
@@ -267,32 +282,6 @@ class WorldModel:
         pairs = [score_pair(p.rehearsed, p.real) for ep in episodes for p in ep.fidelity][:n]
         out = {name: fmean(getattr(s, name) for s in pairs) if pairs else float("nan") for name in SCORES}
         return {**out, "pairs": float(len(pairs)), "tasks": float(len(tasks))}
-
-
-def mcp_server(world: WorldModel, sessions: Sessions | None = None) -> Any:
-    """The low-level SDK server answering ``tools/list`` and ``tools/call`` from ``world``."""
-    import anyio
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
-
-    sessions = sessions or Sessions()
-    listed = [types.Tool(name=t["name"], description=t.get("description") or "",
-                         input_schema=t.get("parameters") or {"type": "object"}) for t in world.tools]  # fmt: skip
-
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=listed)
-
-    async def call_tool(ctx: Any, params: Any) -> Any:
-        headers = getattr(getattr(ctx, "request", None), "headers", None)
-        session = sessions.session(headers.get("mcp-session-id", "") if headers is not None else "stdio")
-        call = ToolCall(params.name, dict(params.arguments or {}))
-        response, failed = await anyio.to_thread.run_sync(world.serve, session, call)  # sessions in parallel
-        text = json.dumps(response, ensure_ascii=False)
-        structured = response if isinstance(response, dict) and not failed else None  # the JSON as text too
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=structured, is_error=failed)  # fmt: skip
-
-    return Server("envace-world-model", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def serve(server: Any, port: int | None) -> None:
@@ -386,7 +375,7 @@ def serve_env(
     where = f"streamable HTTP at http://127.0.0.1:{port}/mcp" if port else "stdio"
     print(f"envace serve-env: {checkpoint} rehearsing {len(world.tools)} tools over {where} (greedy): "
           f"{', '.join(t['name'] for t in world.tools)}", file=sys.stderr)  # fmt: skip
-    serve(mcp_server(world, Sessions(max_sessions, session_idle_s)), port)
+    serve(mcp_server(world, Sessions(max_sessions, session_idle_s, forget=world.forget)), port)
     return 0
 
 
