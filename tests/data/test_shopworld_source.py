@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,17 @@ def test_exploration_trains_the_rehearse_role_only_and_shows_no_held_out_product
     traj = ground(explore[0])
     traj.task.extra.update(plain)
     assert ROLE_IDS["act"] in encode_trajectory(traj, PieceEncoder(tok), fmt).tensors().roles.tolist()
+
+
+def test_the_configs_validation_holds_every_stratum_in_equal_shares(tokenizer) -> None:
+    """configs/shopworld.yaml's in-fit validation, selected as the DataModule selects it: the tune split
+    cycles its strata, so 40 tasks spread evenly over its 200 (every fifth) were all S1_copy (the gate 1
+    runs' validation curves read S1 only)."""
+    from envace.commands.fit_config import load_fit_config
+    from envace.data.datamodule import EnvACEDataModule
+
+    data = load_fit_config(["--config", str(Path(__file__).resolve().parents[2] / "configs/shopworld.yaml")]).data
+    keep = ("val_sources", "val_tasks", "max_prompt_tokens", "val_max_prompt_tokens")
+    dm = EnvACEDataModule(data.sources, tokenizer="tiny", tool_style="compact", **{k: data[k] for k in keep})
+    val = dm._load(dm.val_sources, "val", dm.val_tasks, dm.val_max_prompt_tokens)
+    assert Counter(t.id.split("-")[3] for t in val) == dict.fromkeys(STRATA, 8)
