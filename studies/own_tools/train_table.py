@@ -5,20 +5,24 @@ A row is a fit's validation at one logged step, read from its TensorBoard events
 (:func:`envace.metrics.events.read_scalars`): held-out success and score (``val/committed/*``, the
 policy acting against the real server, scored by the source's reward) and rehearsal fidelity on the
 policy's own calls (``val/imagined/fidelity/*``) and on the gold calls (``val/imagined/fidelity_gold/*``).
-The fit logs means only, so per-task outcomes come from ``envace evaluate --benchmark tasks`` on the
-same checkpoints (its ``items.jsonl``); ``--diff A,B`` prints the paired difference A − B over the
-tasks both hold, with a percentile bootstrap over tasks (:func:`envace.experiment.stats.paired_difference`),
-and the minimum detectable difference for that many tasks and one seed::
+The fit logs means only: ``--means A,B`` gives row A's success − row B's with an unpaired (Newcombe)
+interval and the minimum detectable difference for ``--n_tasks`` tasks and one seed. Per-task outcomes
+come from ``envace evaluate --benchmark tasks`` on the same checkpoints (its ``items.jsonl``):
+``--diff A,B`` prints the paired difference A − B over the tasks both hold, with a percentile bootstrap
+over tasks (:func:`envace.experiment.stats.paired_difference`)::
 
     R=~/.cache/envace/shop_mcp/runs45/mcp_example
     python studies/own_tools/train_table.py --row "warm start=$R/envace-s0@0" --row "envace=$R/envace-s0@11" \\
-        --items warm=$R/eval/warm/items.jsonl --items envace=$R/eval/envace-s0/items.jsonl --diff envace,warm
+        --means "envace,warm start"
+    python studies/own_tools/train_table.py --items warm=<out>/items.jsonl --items envace=<out>/items.jsonl \\
+        --diff envace,warm
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from envace.experiment.stats import minimum_detectable_difference, paired_difference
@@ -46,6 +50,34 @@ def table_row(label: str, run: str, step: int) -> str:
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
+def success(run: str, step: int) -> float:
+    """``val/committed/proxy_success/tasks`` of a fit at ``step``."""
+    return dict(read_scalars(Path(run).expanduser())[SUCCESS])[step]
+
+
+def wilson(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion ``p`` of ``n`` (Newcombe 1998, method 3).
+
+    >>> [round(x, 4) for x in wilson(0.5, 10)]
+    [0.2366, 0.7634]
+    """
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+def newcombe(p1: float, p2: float, n: int) -> tuple[float, float]:
+    """95 % interval of ``p1 − p2`` for two independent proportions of ``n`` each (Newcombe 1998,
+    method 10, from Wilson intervals). For two policies scored on the same tasks it ignores the pairing:
+    with outcomes positively correlated across tasks (the usual case) it is wider than a paired one.
+
+    >>> [round(x, 4) for x in newcombe(0.5, 0.5, 10)]
+    [-0.3725, 0.3725]
+    """
+    (l1, u1), (l2, u2) = wilson(p1, n), wilson(p2, n)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
 def per_task(path: str) -> dict[str, list[float]]:
     """``{task_id: [success of each trial]}`` of one ``envace evaluate`` output's ``items.jsonl``."""
     out: dict[str, list[float]] = {}
@@ -71,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--row", action="append", default=[], help="LABEL=RUN_DIR@STEP (a fit's validation)")
     ap.add_argument("--items", action="append", default=[], help="LABEL=items.jsonl (envace evaluate)")
     ap.add_argument("--diff", action="append", default=[], help="A,B: paired success difference A − B")
+    ap.add_argument("--means", action="append", default=[], help="A,B: row A's success − row B's, unpaired")
+    ap.add_argument("--n_tasks", type=int, default=45, help="validation tasks behind each row's success")
     ap.add_argument("--n_boot", type=int, default=10000)
     args = ap.parse_args(argv)
     if args.row:
@@ -82,6 +116,16 @@ def main(argv: list[str] | None = None) -> None:
         for label, spec in map(_labelled, args.row):
             run, _, step = spec.rpartition("@")
             print(table_row(label, run, int(step)))
+    rows = {label: spec.rpartition("@") for label, spec in map(_labelled, args.row)}
+    for pair in args.means:
+        a, _, b = pair.partition(",")
+        pa, pb = (success(rows[x][0], int(rows[x][2])) for x in (a, b))
+        lo, hi = newcombe(pa, pb, args.n_tasks)
+        mdd = minimum_detectable_difference((pa + pb) / 2, args.n_tasks, 1)
+        print(
+            f"{a} − {b}: {pa - pb:+.3f} [{lo:+.3f}, {hi:+.3f}] Newcombe, unpaired, n={args.n_tasks} each; "
+            f"MDD at p={(pa + pb) / 2:.2f}, one seed: {mdd:.3f}"
+        )
     items = {label: per_task(path) for label, path in map(_labelled, args.items)}
     for label, tasks in items.items():
         mean = sum(map(_mean, tasks.values())) / len(tasks)
