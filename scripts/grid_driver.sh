@@ -47,7 +47,9 @@ for unit in "${units[@]}"; do
     for kept in "$tree/$results"/checkpoints/*.ckpt; do  # committed with the result that made it
       [ -f "$kept" ] && [ ! -f "$main/$results/checkpoints/${kept##*/}" ] || continue
       mkdir -p "$main/$results/checkpoints" && cp "$kept" "$main/$results/checkpoints/"
-      paths+=("$results/checkpoints/${kept##*/}")
+      # here for the next unit's tree; committed only where git takes it (.gitignore keeps weights out,
+      # and one ignored path would make every `git add` below fail, the result file's with it)
+      git check-ignore -q "$results/checkpoints/${kept##*/}" || paths+=("$results/checkpoints/${kept##*/}")
     done
     if [ -d "$tree/$results/policies/$unit" ]; then  # its released policy (release_seeds): committed with it
       rm -rf "${main:?}/$results/policies/$unit" && mkdir -p "$main/$results/policies"
