@@ -107,6 +107,15 @@ def test_the_default_rule_text_is_written_from_the_fields() -> None:
             "predict: expected one of",
         ),
         ({"name": "H", "statement": "s", "compare": [{"a": "x", "b": "y", "where": {"seed": 0}}]}, "only split"),
+        (
+            {
+                "name": "H",
+                "statement": "s",
+                "compare": [{"a": "x", "b": "y", "metric": "decision_f1"}],
+                "every_seed": 1,
+            },
+            "every_seed judges success differences only",
+        ),
     ],
 )
 def test_a_wrong_declaration_is_a_one_line_error(declaration: dict[str, Any], why: str) -> None:
@@ -141,3 +150,19 @@ def test_a_grid_without_declarations_says_so(tmp_path: Path) -> None:
     text = render_report(load_results(make_grid(tmp_path / "exp", hypotheses=[])), n_boot=100)
     verdicts = text.split("## Verdicts")[1].split("##")[0]
     assert "No hypotheses declared" in verdicts and "**H1**" not in verdicts
+
+
+def test_every_seed_holds_a_superiority_to_each_runs_own_difference(tmp_path: Path) -> None:
+    """Runs as units: real_env's seeds gain +0.5, +0.5 and −0.1 on the warm start (0.3). The pooled
+    interval lies above 0, so the plain rule supports it; with ``every_seed`` the third seed's own
+    difference leaves it inconclusive. Either way the evidence names each seed's difference."""
+    rates = {"real_env-s0": 0.8, "real_env-s1": 0.8, "real_env-s2": 0.2, "warm_start": 0.3}
+    declaration: dict[str, Any] = {"compare": [{"a": "real_env", "b": "warm_start"}]}
+    plain, evidence = _verdict(tmp_path, declaration, rates=rates, seeds=(0, 1, 2))
+    assert plain == SUPPORTED
+    assert "pooled success real_env − warm start by seed: s0 +0.500, s1 +0.500, s2 -0.100" in evidence
+    strict, _ = _verdict(tmp_path / "b", {**declaration, "every_seed": True}, rates=rates, seeds=(0, 1, 2))
+    assert strict == INCONCLUSIVE
+    agreeing = {**rates, "real_env-s2": 0.6}
+    agreed, _ = _verdict(tmp_path / "c", {**declaration, "every_seed": True}, rates=agreeing, seeds=(0, 1, 2))
+    assert agreed == SUPPORTED

@@ -16,12 +16,17 @@ or ``not tested (...)``:
   (superiority) or above −margin (non-inferiority);
 - the hypothesis is contradicted when any primary difference is, or when an arm of ``zero_env_calls``
   called the environment; supported when every primary difference is and every control met its
-  prediction; inconclusive otherwise.
+  prediction (and, with ``every_seed``, every seed's own difference lies above the floor: runs as
+  units); inconclusive otherwise.
+
+The evidence of a ``success`` difference names each seed's difference too (:func:`seed_differences`):
+the interval resamples tasks, the seeds' signs show how far the runs agree.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,7 +34,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from envace.experiment.hypotheses import NONE, Boot, Diff, PerTask, best_gain, format_interval, rehearsal_success
-from envace.experiment.results import WARM, Results, evals_of, fidelity_values, item_values
+from envace.experiment.results import WARM, Results, eval_item_values, evals_of, fidelity_values, item_values
 from envace.experiment.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 
 METRICS = ("success", "value_f1", "decision_f1", "gain")
@@ -84,6 +89,7 @@ class Hypothesis:
     zero_env_calls: tuple[str, ...] = ()
     controls: tuple[Comparison, ...] = ()
     precondition: dict[str, Any] | None = None
+    every_seed: bool = False
     explain: str | None = None
 
     @property
@@ -134,6 +140,8 @@ def parse(raw: Any, source: str = "hypotheses") -> list[Hypothesis]:
         hyp = Hypothesis(**fields)
         if not hyp.compare or hyp.rule not in RULES or hyp.margin < 0:
             raise ValueError(f"{where}: needs a comparison, a rule among {', '.join(RULES)} and a margin >= 0")
+        if hyp.every_seed and any(c.metric != "success" for c in hyp.compare):
+            raise ValueError(f"{where}: every_seed judges success differences only")
         if hyp.precondition is not None and set(hyp.precondition) - {"a", "b", "metric", "where", "at_least"}:
             raise ValueError(f"{where}.precondition: expected {{a, b, metric, where, at_least}}")
         out.append(hyp)
@@ -170,6 +178,13 @@ def _values(results: Results, c: Comparison, setting: str) -> tuple[PerTask, Per
             item_values(results, c.a, "success", splits, c.setting),
             item_values(results, c.b or WARM, "success", splits, c.setting),
         )
+    keep = _kept(c, splits)
+    a, b = ({k: v for k, v in side.items() if keep(k)} for side in pair)
+    return a, b
+
+
+def _kept(c: Comparison, splits: list[str]) -> Callable[[str], bool]:
+    """Whether a task key (``<split>/<task id>``) is one of the tasks ``c`` is read on (its ``where``)."""
     wanted = c.where.get("split", splits)
     wanted, pattern = ([wanted] if isinstance(wanted, str) else wanted), str(c.where.get("task", "*"))
 
@@ -177,8 +192,30 @@ def _values(results: Results, c: Comparison, setting: str) -> tuple[PerTask, Per
         split, _, task = key.partition("/")
         return split in wanted and fnmatch.fnmatchcase(task, pattern)
 
-    a, b = ({k: v for k, v in side.items() if keep(k)} for side in pair)
-    return a, b
+    return keep
+
+
+def seed_differences(results: Results, c: Comparison) -> list[tuple[int | None, float]]:
+    """Each of ``c.a``'s seeds' own success difference on ``c``'s tasks: the mean over the tasks both
+    sides have of that seed's value − ``c.b``'s mean over its seeds (the runs as units, beside the
+    interval that resamples tasks). A ``success`` comparison only.
+
+    Returns:
+        ``(seed, difference)`` per evaluation of ``c.a``, by seed; none where the sides share no task.
+    """
+    splits = results.experiment.splits
+    _, b = _values(results, c, c.setting)
+    keep, out = _kept(c, splits), []
+    for e in evals_of(results, c.a):
+        mine = {k: v for k, v in eval_item_values(e, "success", splits, c.setting).items() if keep(k)}
+        shared = sorted(set(mine) & set(b))
+        if shared:
+            out.append((e.seed, sum(mine[k] - sum(b[k]) / len(b[k]) for k in shared) / len(shared)))
+    return out
+
+
+def _seeds_evidence(name: str, per_seed: list[tuple[int | None, float]]) -> str:
+    return f"{name} by seed: " + ", ".join(f"s{seed} {d:+.3f}" for seed, d in per_seed)
 
 
 def diff(results: Results, c: Comparison, boot: Boot, setting: str | None = None) -> Diff | None:
@@ -261,7 +298,9 @@ def judge_one(results: Results, h: Hypothesis, boot: Boot) -> Verdict:
     controls = _controls(results, h, boot, setting)
     if isinstance(controls, str):
         return Verdict(h.name, h.statement, controls, "", rule)
-    parts = [_evidence(name, d) for name, d in diffs if d] + controls[0]
+    per_seed = [seed_differences(results, c) if c.metric == "success" and c.a != WARM else [] for c in h.compare]
+    parts = [_evidence(name, d) for name, d in diffs if d]
+    parts += [_seeds_evidence(name, s) for (name, _), s in zip(diffs, per_seed, strict=True) if s] + controls[0]
     runs = [r for r in results.runs if r.arm in h.zero_env_calls]
     if h.zero_env_calls and not runs:
         return Verdict(h.name, h.statement, f"not tested (no run results of {', '.join(h.zero_env_calls)})", "", rule)
@@ -273,7 +312,8 @@ def judge_one(results: Results, h: Hypothesis, boot: Boot) -> Verdict:
             return Verdict(h.name, h.statement, CONTRADICTED, "; ".join(parts) + why, rule)
     if any(d[2] < h.fails for _, d in diffs if d):
         return Verdict(h.name, h.statement, CONTRADICTED, "; ".join(parts), rule)
-    supported = all(d[1] > h.floor for _, d in diffs if d) and controls[1]
+    seeds_agree = not h.every_seed or all(d > h.floor for s in per_seed for _, d in s)
+    supported = all(d[1] > h.floor for _, d in diffs if d) and controls[1] and seeds_agree
     return Verdict(h.name, h.statement, SUPPORTED if supported else INCONCLUSIVE, "; ".join(parts), rule)
 
 
@@ -286,6 +326,8 @@ def explain(h: Hypothesis) -> str:
     """The rule of a hypothesis in words, written from its fields."""
     which = "the interval" if len(h.compare) == 1 else "every interval"
     lines = f"supported if {which} of {', '.join(label(c, c.setting) for c in h.compare)} has lo > {h.floor:g}"
+    if h.every_seed:
+        lines += f" and every seed's own difference is above {h.floor:g}"
     if h.controls:
         predicted = ", ".join(f"{label(c, c.setting)} {PREDICTIONS[str(c.predict)][1]}" for c in h.controls)
         lines += f" and every control in the grid meets its prediction ({predicted})"
