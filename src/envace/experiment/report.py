@@ -5,7 +5,8 @@ clock, no environment, every bootstrap with one fixed seed. Rendering the same f
 same ``report.md`` byte for byte; the figures are only linked from it.
 
 Order of the report: the grid and its compute, the minimum detectable difference (before any result),
-the main table and the differences to the reference arm and to the warm start, each run's final
+the main table and the differences to the reference arm and to the warm start, by stratum where task
+ids name one (:mod:`envace.experiment.strata`), each run's final
 policy against the warm start task by task, the training per arm (:mod:`envace.experiment.training_table`),
 the cost of RL per arm, private rehearsal, the verdicts on H1–H4 with the rule of each, the figures.
 """
@@ -43,6 +44,7 @@ from envace.experiment.results import (
     task_keys,
 )
 from envace.experiment.stats import minimum_detectable_difference
+from envace.experiment.strata import strata_section
 from envace.experiment.training_table import against_warm_start_section, training_section
 
 __all__ = ["load_results", "main_table", "policies", "render_report", "write_report"]
@@ -312,6 +314,7 @@ def render_report(results: Results, n_boot: int = 2000, seed: int = 0, released:
         ["## Notes", "", results.notes, ""] if results.notes else [],
         _mdd_section(results),
         _results_section(results, boot),
+        strata_section(results, boot),
         against_warm_start_section(results),
         training_section(results),
         _cost_section(results),
