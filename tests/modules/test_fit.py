@@ -142,3 +142,12 @@ def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> No
         assert got.keys() == want.keys()
         for name, value in want.items():
             assert torch.equal(got[name], value), f"killed at step {k}: {name} differs after resuming"
+
+
+def test_a_fit_that_stops_between_two_saves_leaves_its_final_weights_last(tmp_path: Path) -> None:
+    """3 steps, a save every 2: ``last.ckpt`` holds step 3, not step 2 (Lightning alone keeps step 2's:
+    how ShopWorld's 124-step warm start of gate 2 was first recorded at 120 steps)."""
+    cli = _fit(tmp_path, "--trainer.max_steps", "3", "--trainer.val_check_interval", "3")
+    assert cli.trainer.global_step == 3
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert torch.load(last, weights_only=False)["global_step"] == 3

@@ -13,6 +13,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 
 from envace.data.batch import StepBatch, TokenBatch
@@ -344,6 +345,14 @@ class PolicyModule(pl.LightningModule):
     def saved_weights(self) -> set[str]:
         """State-dict keys a LoRA checkpoint keeps: the trainable weights (the base is rebuilt)."""
         return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+
+    def on_train_end(self) -> None:
+        """Leave the fit's final weights in ``last.ckpt`` when it stops between two periodic saves:
+        Lightning 2.6's ``ModelCheckpoint.on_train_end`` saves ``last`` only if no ``last`` was saved
+        during the fit, so a fit of 124 steps saving every 8 kept step 120's as its last."""
+        for cb in self.trainer.checkpoint_callbacks:
+            if isinstance(cb, ModelCheckpoint) and cb.save_last and cb._last_global_step_saved != self.global_step:
+                cb._save_last_checkpoint(self.trainer, cb._monitor_candidates(self.trainer))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep the random streams' states for :meth:`on_train_batch_start`."""
