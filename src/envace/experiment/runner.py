@@ -201,6 +201,9 @@ def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
     from envace.policy import read_checkpoint
 
     steps = int(read_checkpoint(str(last)).get("global_step", 0))
+    planned = cfg.warm_start_steps if unit.kind == "warm_start" else cfg.rl_steps
+    if steps != planned:  # a result must be of the weights the unit declares, never of an earlier step's
+        raise RuntimeError(f"{unit.key}: the fit's last checkpoint is at step {steps}, not the {planned} it ran to")
     base = {
         "unit": unit.key,
         "kind": unit.kind,
