@@ -24,6 +24,8 @@ from envace.envs.shopworld import catalogue
 from envace.rewards import compute_reward, reward_name
 from envace.types import Message, Task, ToolCall, Trajectory
 
+SERVER_ENV = {"kind": "mcp", "server": {"command": "python", "args": ["examples/shopworld_mcp/server.py"]}}
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "examples" / "shopworld_mcp"
 SOURCE = "examples.shopworld_mcp.source:load"  # as a config names it (envace adds the current folder)
@@ -233,3 +235,21 @@ def test_a_world_needs_a_stdio_server_and_scored_tools() -> None:
         with_world(at_url)
     with pytest.raises(ValueError, match="scored_tools"):
         with_world(Task("t", "tasks", env=MCP, extra={"metadata": {}}))
+
+
+def test_the_config_is_shopworlds_but_for_its_data_and_name() -> None:
+    import yaml
+
+    mine, theirs = (
+        yaml.safe_load((ROOT / "configs" / f"{n}.yaml").read_text()) for n in ("mcp_shopworld", "shopworld")
+    )
+    for key in ("sources", "rl_sources", "val_sources"):
+        own = [(s["split"], s.get("options", {}).get("limit")) for s in theirs["data"].pop(key)]
+        served = mine["data"].pop(key)
+        assert [(s["split"], s["options"].get("limit")) for s in served] == own
+        assert {(s["name"], s["path"], json.dumps(s["options"]["env"])) for s in served} == {
+            (SOURCE, "examples/shopworld_mcp/tasks", json.dumps(SERVER_ENV))
+        }
+    assert mine["trainer"]["logger"]["init_args"].pop("name") == "mcp_shopworld"
+    assert theirs["trainer"]["logger"]["init_args"].pop("name") == "shopworld"
+    assert mine == theirs
