@@ -253,3 +253,53 @@ def test_the_config_is_shopworlds_but_for_its_data_and_name() -> None:
     assert mine["trainer"]["logger"]["init_args"].pop("name") == "mcp_shopworld"
     assert theirs["trainer"]["logger"]["init_args"].pop("name") == "shopworld"
     assert mine == theirs
+
+
+@pytest.mark.slow
+def test_the_config_fits_against_the_server_with_a_tiny_model(tmp_path: Path, monkeypatch) -> None:
+    """configs/mcp_shopworld.yaml end to end (2-layer model, 3 steps, real_env: RL calls the server too),
+    from a folder holding the server and freshly written sft, rl and tune files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from envace.cli import lightning_cli
+
+    here = tmp_path / "examples" / "shopworld_mcp"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        [sys.executable, str(HERE / "make_tasks.py"), "--splits", "sft", "rl", "tune", "--out", str(here / "tasks")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env=env,
+    )
+    (here / "server.py").symlink_to(HERE / "server.py")
+    monkeypatch.chdir(tmp_path)
+    tiny = {  # tests/modules/test_shopworld_fit.py's
+        "model.init_args.policy.name_or_path": "tiny",
+        "data.limit": 8,
+        "model.init_args.warm_start_steps": 2,
+        "trainer.max_steps": 3,
+        "trainer.val_check_interval": 3,
+        "data.val_tasks": 5,
+        "data.tasks_per_step": 2,
+        "model.init_args.group_size": 2,
+        "model.init_args.limits.max_new_tokens": 24,
+        "model.init_args.limits.max_rehearse_tokens": 24,
+        "trainer.precision": "32-true",
+        "trainer.num_sanity_val_steps": 0,
+    }
+    arm = ["--config", str(ROOT / "configs/arms/real_env.yaml")]
+    cli = lightning_cli(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/mcp_shopworld.yaml"),
+            *arm,
+            *(x for k, v in tiny.items() for x in (f"--{k}", str(v))),
+        ]
+    )
+    assert cli.trainer.global_step == 3
+    assert {t.id.split("-")[1] for t in cli.datamodule.train_set} == {"rl"}
+    ea = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents*"))))
+    ea.Reload()
+    assert {"val/committed/proxy_success/tasks", "train/reward/all"} <= set(ea.Tags()["scalars"])
