@@ -518,3 +518,50 @@ def test_a_fit_whose_last_checkpoint_is_short_of_its_steps_records_no_result(tmp
     torch.save({"global_step": 120, "state_dict": {}}, last)
     with pytest.raises(RuntimeError, match="last checkpoint is at step 120, not the 124 it ran to"):
         fit_result(cfg, warm)
+
+
+def test_a_killed_evaluation_resumes_from_its_finished_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two splits, each a part of items and a part of gold fidelity: an attempt killed in the second
+    split's fidelity leaves three parts, which the next attempt reads instead of running them; its
+    result equals an uninterrupted evaluation's, and parts of other weights are not read."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import envace.evaluation
+    import envace.evaluation.policies
+    from envace.experiment import evaluate as unit_eval
+
+    cfg = load_config(str(tiny_grid(tmp_path)))
+    cfg = dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, splits=["val", "test"], n_values=[0]))
+    ran: list[str] = []
+    killed = {"at": "test"}
+
+    def evaluate(benchmark: str, policy: Any, *, tasks: Any, **kw: Any) -> SimpleNamespace:
+        ran.append(f"items {tasks.split}")
+        item = SimpleNamespace(category="multi_turn_base", task_id=f"{tasks.split}-1", mode="none", n=0, success=True,
+                               score=1.0, details={}, turns=1, flags=set(), calls=[], imagination=[])  # fmt: skip
+        return SimpleNamespace(items=[item])
+
+    def gold_fidelity(policy: Any, tasks: Any, limits: Any, sampling: Any, split: str) -> list[dict[str, Any]]:
+        if killed["at"] == split:
+            raise KeyboardInterrupt  # the attempt dies here
+        ran.append(f"fidelity {split}")
+        return [{"split": split, "task_id": f"{split}-1", "pairs": 1, "value_f1": 0.5}]
+
+    monkeypatch.setattr(envace.evaluation, "evaluate", evaluate)
+    loaded = SimpleNamespace(tokenizer=None, fmt=None)
+    monkeypatch.setattr(envace.evaluation.policies, "load_eval_policy", lambda *a, **k: loaded)
+    monkeypatch.setattr(unit_eval, "held_out", lambda *a: [])
+    monkeypatch.setattr(unit_eval, "gold_fidelity", gold_fidelity)
+    unit = next(u for u in units(cfg) if u.kind == "eval")
+    parts = tmp_path / "parts"
+    with pytest.raises(KeyboardInterrupt):
+        unit_eval.evaluate_unit(cfg, unit, tmp_path / "last.ckpt", parts)
+    assert ran == ["items val", "fidelity val", "items test"] and len(list(parts.glob("*.json"))) == 3
+    ran.clear()
+    killed["at"] = ""
+    resumed = unit_eval.evaluate_unit(cfg, unit, tmp_path / "last.ckpt", parts)
+    assert ran == ["fidelity test"]
+    ran.clear()
+    assert unit_eval.evaluate_unit(cfg, unit, tmp_path / "last.ckpt", tmp_path / "other-weights") == resumed
+    assert ran == ["items val", "fidelity val", "items test", "fidelity test"]

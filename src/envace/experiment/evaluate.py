@@ -22,10 +22,18 @@ Under a drift of the unit (``evaluation.drift``), every task's environment is dr
 reads the canonical calls. The drift mitigation (``evaluation.reimagine``) runs as its own settings.
 The episodes use the training config's limits (those in ``evaluation.limits`` replaced), chat format and sampling
 dtype, greedy by default.
+
+Resumable by parts: with ``parts`` (the runner's: a folder named after the weights' fingerprint), each
+split's items of each ``evaluate`` call and its gold fidelity are written there as they finish, and an
+evaluation started again reads the parts it finds instead of running them. The calls are the ones an
+uninterrupted evaluation makes, so the result is the same; parts of other weights are in other folders.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -67,8 +75,9 @@ def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]
     return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
 
 
-def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[str, Any]:
-    """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity."""
+def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Path | None = None) -> dict[str, Any]:
+    """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity
+    (``parts``: the folder that keeps the finished parts of this policy's evaluation, see above)."""
     from envace.evaluation import evaluate
     from envace.evaluation.base import TaskFilter
     from envace.evaluation.drift import DriftConfig
@@ -92,18 +101,53 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path) -> dict[s
         for reimagine, n_values in evaluate_calls(spec, unit.seed):
             modes: Any = list(spec.modes)
             imagination = ImaginationConfig(n_values=n_values, modes=modes, reimagine=reimagine)
-            result = evaluate(spec.benchmark, policy, tasks=chosen, imagination=imagination, limits=limits,
-                              sampling=sampling, model=loading, seed=unit.seed or 0, batch_tasks=spec.batch_tasks,
-                              drift=drifting, out=None, quiet=True)  # fmt: skip
-            items += [_item(spec.stratum(split, it.category), it, reimagine) for it in result.items]
+            call = {"tasks": chosen, "imagination": imagination, "limits": limits, "sampling": sampling,
+                    "model": loading, "seed": unit.seed or 0, "batch_tasks": spec.batch_tasks, "drift": drifting,
+                    "out": None, "quiet": True}  # fmt: skip
+            name = f"{split}-items-reimagine{reimagine}-n{'-'.join(map(str, n_values))}"
+            items += kept_part(parts, name, partial(_split_items, evaluate, spec, policy, split, reimagine, call))
         rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
         if spec.answers_calls:
-            fidelity += gold_fidelity(policy, rehearsed, limits, sampling, split)
+            run = partial(gold_fidelity, policy, rehearsed, limits, sampling, split)
+            fidelity += kept_part(parts, f"{split}-gold-fidelity", run)
     out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
     if unit.drift is not None:
         out.update(drift=unit.drift, drift_spec=None if drift is None else drift.to_json())
     return out
+
+
+def _split_items(
+    evaluate: Callable[..., Any], spec: EvalSpec, policy: Any, split: str, reimagine: int, call: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One ``evaluate`` call on a split's tasks, as the result file's item rows."""
+    result = evaluate(spec.benchmark, policy, **call)
+    return [_item(spec.stratum(split, it.category), it, reimagine) for it in result.items]
+
+
+def kept_part(parts: Path | None, name: str, run: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of one part of an evaluation: read from ``parts/<name>.json`` if an earlier attempt
+    finished it, else ``run()``, written there (atomically) before it is returned.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     first = kept_part(Path(d), "test-items", lambda: [{"task_id": "t1", "success": True}])
+    ...     again = kept_part(Path(d), "test-items", lambda: 1 / 0)  # finished: not run again
+    >>> first == again == [{"task_id": "t1", "success": True}]
+    True
+    """
+    if parts is None:
+        return run()
+    path = parts / f"{name}.json"
+    if path.is_file():
+        rows: list[dict[str, Any]] = json.loads(path.read_text())
+        return rows
+    rows = run()
+    parts.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rows))
+    tmp.replace(path)
+    return rows
 
 
 def evaluate_calls(spec: EvalSpec, seed: int | None) -> list[tuple[int, list[int]]]:

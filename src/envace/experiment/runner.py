@@ -136,7 +136,8 @@ OPEN_ATTEMPT = "attempt.open"
 
 def _close_killed_attempt(cfg: ExperimentConfig, unit: Unit, log: Path) -> None:
     """An attempt killed with its runner (the machine stopped, the grid was killed) left its start
-    behind and no seconds: it cost from that start to its last line in ``fit.log``, which is added."""
+    behind and no seconds: it cost from that start to the last change of ``log`` (a fit's last line in
+    ``fit.log``; an evaluation's last finished part in its parts folder), which is added."""
     opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
     if not opened.is_file():
         return
@@ -234,9 +235,17 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
     if unit.kind == "eval":
         from envace.experiment.evaluate import evaluate_unit
 
+        checkpoint = policy_checkpoint(cfg, unit)  # its finished parts, kept per weights: an attempt resumes
+        parts = unit_dir(cfg, unit) / "eval-parts" / fingerprint(checkpoint)[:16]
+        parts.mkdir(parents=True, exist_ok=True)
+        _close_killed_attempt(cfg, unit, parts)  # a killed attempt cost until its last part
+        opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
+        opened.write_text(str(time.time()))
         began = time.perf_counter()
-        result = evaluate_unit(cfg, unit, policy_checkpoint(cfg, unit))
-        result["seconds"] = round(time.perf_counter() - began, 1)
+        result = evaluate_unit(cfg, unit, checkpoint, parts)
+        _add_seconds(cfg, unit, time.perf_counter() - began)
+        opened.unlink()
+        result["seconds"] = round(spent_seconds(cfg, unit), 1)
         return write_result(cfg, unit, {**result, "code": git_commit(), "machine": machine()})
     run_fit(cfg, unit)
     if unit.kind == "warm_start":
