@@ -506,12 +506,14 @@ def test_a_grid_computes_in_the_precision_its_warm_start_did(tmp_path: Path, mon
 def test_a_fit_whose_last_checkpoint_is_short_of_its_steps_records_no_result(tmp_path: Path) -> None:
     """The result of a unit is of the weights it declares: a last checkpoint at step 120 of a
     124-step warm start (Lightning's, before modules saved the final step) is an error, not a result."""
+    import dataclasses
+
     import torch
 
     from envace.experiment.runner import fit_result, last_checkpoint
 
     cfg = load_config(str(ROOT / "studies/shopworld/knob-368.yaml"))
-    cfg = type(cfg)(**{**cfg.__dict__, "work": str(tmp_path)})
+    cfg = dataclasses.replace(cfg, work=str(tmp_path))
     (warm,) = [u for u in units(cfg) if u.kind == "warm_start"]
     last = last_checkpoint(cfg, warm.key)
     last.parent.mkdir(parents=True)

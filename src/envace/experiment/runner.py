@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +107,8 @@ def check_checkpoints(cfg: ExperimentConfig, unit: Unit) -> None:
             )
 
 
-def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
-    """Run (or resume) the unit's fit to its last step; returns the seconds this attempt took."""
+def run_fit(cfg: ExperimentConfig, unit: Unit) -> None:
+    """Run (or resume) the unit's fit to its last step."""
     check_checkpoints(cfg, unit)
     args = ["fit", *fit_args(cfg, unit)]
     last = last_checkpoint(cfg, unit.key)
@@ -114,24 +116,30 @@ def run_fit(cfg: ExperimentConfig, unit: Unit) -> float:
         args += ["--ckpt_path", str(last)]
     log = unit_dir(cfg, unit) / "fit.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    _close_killed_attempt(cfg, unit, log)
-    began = time.perf_counter()
-    opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
-    opened.write_text(str(time.time()))
-    with log.open("a") as out:
+    with attempt(cfg, unit, log), log.open("a") as out:
         rc = subprocess.run(
             [sys.executable, "-m", "envace.cli", *args], stdout=out, stderr=subprocess.STDOUT
         ).returncode
-    seconds = time.perf_counter() - began
-    _add_seconds(cfg, unit, seconds)
-    opened.unlink()
     if rc != 0:
         raise RuntimeError(f"{unit.key}: envace fit exited with {rc}; its output is in {log}")
-    return seconds
 
 
-#: in a unit's work folder while its fit runs: the attempt's start (epoch seconds)
+#: in a unit's work folder while its fit or evaluation runs: the attempt's start (epoch seconds)
 OPEN_ATTEMPT = "attempt.open"
+
+
+@contextmanager
+def attempt(cfg: ExperimentConfig, unit: Unit, log: Path) -> Iterator[None]:
+    """One attempt at a unit: an earlier attempt killed with its runner is counted first
+    (:func:`_close_killed_attempt`, up to the last change of ``log``), this one's start is kept in the
+    work folder while it runs, and its seconds are added when it returns."""
+    _close_killed_attempt(cfg, unit, log)
+    opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
+    opened.write_text(str(time.time()))
+    began = time.perf_counter()
+    yield
+    _add_seconds(cfg, unit, time.perf_counter() - began)
+    opened.unlink()
 
 
 def _close_killed_attempt(cfg: ExperimentConfig, unit: Unit, log: Path) -> None:
@@ -238,13 +246,8 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
         checkpoint = policy_checkpoint(cfg, unit)  # its finished parts, kept per weights: an attempt resumes
         parts = unit_dir(cfg, unit) / "eval-parts" / fingerprint(checkpoint)[:16]
         parts.mkdir(parents=True, exist_ok=True)
-        _close_killed_attempt(cfg, unit, parts)  # a killed attempt cost until its last part
-        opened = unit_dir(cfg, unit) / OPEN_ATTEMPT
-        opened.write_text(str(time.time()))
-        began = time.perf_counter()
-        result = evaluate_unit(cfg, unit, checkpoint, parts)
-        _add_seconds(cfg, unit, time.perf_counter() - began)
-        opened.unlink()
+        with attempt(cfg, unit, parts):  # a killed attempt cost until its last part
+            result = evaluate_unit(cfg, unit, checkpoint, parts)
         result["seconds"] = round(spent_seconds(cfg, unit), 1)
         return write_result(cfg, unit, {**result, "code": git_commit(), "machine": machine()})
     run_fit(cfg, unit)

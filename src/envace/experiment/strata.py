@@ -7,12 +7,12 @@ ask, without a hypothesis of its own. A grid whose task ids name no stratum has 
 
 from __future__ import annotations
 
+import fnmatch
+
+from envace.data.sources.shopworld import STRATA as KNOWN_STRATA  # the strata a task id can name, as -<stratum>
 from envace.experiment.hypotheses import Boot, format_interval, markdown_table
 from envace.experiment.judge import Comparison, diff, seed_differences
 from envace.experiment.results import WARM, Results, item_values
-
-#: the strata a task id can name, as ``-<stratum>`` (ShopWorld's, in their order)
-KNOWN_STRATA = ("S1_copy", "S2_cheaper", "S3_fallback", "S4_carry", "S5_control")
 
 
 def stratum_of(task_id: str) -> str | None:
@@ -33,17 +33,19 @@ def named_strata(results: Results) -> list[str]:
     return [s for s in KNOWN_STRATA if s in named]
 
 
-def _where(stratum: str) -> dict[str, str]:
-    return {"task": f"*-{stratum}*"}
+def _pattern(stratum: str) -> str:
+    """The task ids of a stratum, as a hypothesis's ``where: {task: ...}`` selects them."""
+    return f"*-{stratum}*"
 
 
 def _policy_cell(results: Results, boot: Boot, arm: str, stratum: str) -> str:
     values = item_values(results, arm, "success", results.experiment.splits)
-    return format_interval(boot.mean({k: v for k, v in values.items() if stratum_of(k.partition("/")[2]) == stratum}))
+    mine = {k: v for k, v in values.items() if fnmatch.fnmatchcase(k.partition("/")[2], _pattern(stratum))}
+    return format_interval(boot.mean(mine))
 
 
 def _diff_cell(results: Results, boot: Boot, arm: str, stratum: str) -> str:
-    c = Comparison(a=arm, b=WARM, where=_where(stratum))
+    c = Comparison(a=arm, b=WARM, where={"task": _pattern(stratum)})
     d, seeds = diff(results, c, boot), seed_differences(results, c)
     by_seed = ", ".join(f"s{seed} {value:+.2f}" for seed, value in seeds)
     return format_interval(d) + (f" ({by_seed})" if by_seed else "")
