@@ -81,11 +81,26 @@ def gold_calls(episode: Episode) -> list[ToolCall]:
     return documented_calls(episode.task, gold[episode.turn]) if episode.turn < len(gold) else []
 
 
+def calls_one_per_step(episode: Episode, calls: Sequence[ToolCall]) -> str:
+    """A scripted act: the turn's ``k``-th call at its ``k``-th act step, then the closing text
+    :data:`DONE`: the layout of every grounded training episode (:func:`~envace.data.grounding.ground`)."""
+    step = episode.steps_in_turn
+    return render_calls("", [calls[step]]) if step < len(calls) else DONE
+
+
 class OracleEngine(ScriptedEngine):
     """Writes each user turn's gold calls in one act step, then a closing text."""
 
     def text_for(self, episode: Episode) -> str:
         return calls_once_per_turn(episode, gold_calls(episode))
+
+
+class StepOracleEngine(ScriptedEngine):
+    """Writes each user turn's gold calls one an act step, then a closing text: each call's response is
+    answered before the next call is in the context."""
+
+    def text_for(self, episode: Episode) -> str:
+        return calls_one_per_step(episode, gold_calls(episode))
 
 
 class NoopEngine(ScriptedEngine):
@@ -95,13 +110,26 @@ class NoopEngine(ScriptedEngine):
         return NOOP
 
 
+#: how the gold oracle lays out a turn's calls: ``turn`` all in one act step (each rehearsal then sees the
+#: turn's later gold calls, chosen from the real answers), ``call`` one an act step (the training layout)
+ORACLES: dict[str, type[ScriptedEngine]] = {"turn": OracleEngine, "call": StepOracleEngine}
+
+
 def gold_rollout(
-    tokenizer: Any, fmt: ChatFormat, stop_ids: list[int], rehearsal: Responder, limits: RolloutLimits
+    tokenizer: Any,
+    fmt: ChatFormat,
+    stop_ids: list[int],
+    rehearsal: Responder,
+    limits: RolloutLimits,
+    layout: str = "turn",
 ) -> Rollout:
     """A rollout whose acts are the gold calls (the oracle) and whose tool turns ``rehearsal`` writes,
     beside a lockstep real environment: rehearsal fidelity on the calls that matter, whatever the
-    policy would have called. The oracle writes whole turns, so its act budget is lifted."""
-    limits = dataclasses.replace(limits, max_new_tokens=4096, max_calls_per_step=64,
+    policy would have called. ``layout`` (:data:`ORACLES`) places the calls; the oracle's act budget
+    is lifted (whole turns, or as many steps as the gold has calls)."""
+    if layout not in ORACLES:
+        raise ValueError(f"gold layout must be one of {', '.join(ORACLES)}, got {layout!r}")
+    limits = dataclasses.replace(limits, max_new_tokens=4096, max_calls_per_step=64, max_steps_per_turn=64,
                                  max_episode_tokens=limits.max_episode_tokens * 4)  # fmt: skip
-    return Rollout(OracleEngine(tokenizer, stop_ids), fmt, PieceEncoder(tokenizer), rehearsal, limits, lockstep=True,
-                   validate_calls=False)  # fmt: skip
+    oracle = ORACLES[layout](tokenizer, stop_ids)
+    return Rollout(oracle, fmt, PieceEncoder(tokenizer), rehearsal, limits, lockstep=True, validate_calls=False)
