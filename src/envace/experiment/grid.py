@@ -251,10 +251,14 @@ def is_done(cfg: ExperimentConfig, unit: Unit) -> bool:
 
 def write_result(cfg: ExperimentConfig, unit: Unit, result: dict[str, Any]) -> Path:
     """Write a unit's result file atomically: a crash leaves the old state, never half a file."""
-    path = result_path(cfg, unit)
+    return write_json(result_path(cfg, unit), result)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` to ``path`` atomically (a crash leaves the old file, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
     return path
 
