@@ -119,6 +119,20 @@ def test_a_changed_file_in_the_store_and_a_stale_record_show(grid) -> None:
     assert not release.is_released(cfg, unit)
 
 
+def test_a_folder_committed_before_the_store_is_still_named_and_checked(grid) -> None:
+    cfg, _ = grid
+    folder = cfg.results_dir / "policies" / WARM  # bfcl_cpu_v2's layout: the folder and its record in git
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text("{}")
+    digest = release.file_sha256(folder / "adapter_config.json")
+    (folder / release.RECORD).write_text(json.dumps({"unit": WARM, "sha256": {"adapter_config.json": digest}}))
+    section = _section(cfg)
+    assert f"| {WARM} | `policies/{WARM}/release.json` | `policies/{WARM}/` (in git) |" in section
+    assert section.count("files as recorded |") == 1 and "committed the folders themselves" in section
+    (folder / "adapter_config.json").write_text("[]")
+    assert "| 1 file(s) changed or missing |" in _section(cfg)
+
+
 def test_a_record_whose_folder_is_not_here_says_so_and_how_to_make_it(grid) -> None:
     cfg, base = grid
     unit = _unit(cfg, "run-envace-s0")

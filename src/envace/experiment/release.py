@@ -155,11 +155,27 @@ def release_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, fingerprin
     return write_json(path, record)
 
 
+def released_folders(results_dir: Path) -> list[tuple[str, dict[str, Any], Path, str]]:
+    """Each released policy of a results folder: its record's name there, the record, its folder and how
+    the report names that folder. Records are ``policies/<unit>.json`` with the folder in the store; a
+    grid released before the store (bfcl_cpu_v2) committed the folders, ``policies/<unit>/release.json``."""
+    policies = results_dir / "policies"
+    found = []
+    for path in sorted(policies.glob("*.json")):
+        record = read_json(path) or {}
+        fingerprint = str(record.get("fingerprint"))
+        found.append((path.name, record, store_dir(fingerprint), f"`$ENVACE_CACHE/{STORE}/{fingerprint}/`"))
+    for path in sorted(policies.glob(f"*/{RECORD}")):
+        unit = path.parent.name
+        found.append((f"{unit}/{RECORD}", read_json(path) or {}, path.parent, f"`policies/{unit}/` (in git)"))
+    return found
+
+
 def release_section(results_dir: Path) -> list[str]:
     """The report's lines naming each record, its folder in the store and whether that folder is here
     with the recorded files (none when the grid released nothing)."""
-    records = sorted((results_dir / "policies").glob("*.json"))
-    if not records:
+    found = released_folders(results_dir)
+    if not found:
         return []
     lines = [
         "## Released policies",
@@ -173,23 +189,23 @@ def release_section(results_dir: Path) -> list[str]:
         "the fp32 weights it was rounded from, as the unit's result file records; `check` whether the "
         "folder is on the machine that wrote this report, with the recorded files.",
         "",
-        "| unit | record | store folder | adapter_model.safetensors sha256 | bytes | check |",
+        "| unit | record | folder | adapter_model.safetensors sha256 | bytes | check |",
         "|---|---|---|---|---|---|",
     ]
-    for path in records:
-        record = read_json(path) or {}
+    if any(folder.parent == results_dir / "policies" for _, _, folder, _ in found):
+        lines[2] += " A grid released before the store committed the folders themselves (`policies/<unit>/`)."
+    for name, record, folder, shown in found:
         weights = record.get("sha256", {}).get("adapter_model.safetensors", "—")
         lines.append(
-            f"| {record.get('unit', path.stem)} | `policies/{path.name}` "
-            f"| `$ENVACE_CACHE/{STORE}/{record.get('fingerprint')}/` | `{weights}` "
-            f"| {record.get('bytes', 0):,} | {check_cell(record)} |"
+            f"| {record.get('unit', name)} | `policies/{name}` | {shown} | `{weights}` "
+            f"| {record.get('bytes', 0):,} | {check_cell(record, folder)} |"
         )
     return [*lines, ""]
 
 
-def check_cell(record: dict[str, Any]) -> str:
-    """A record's check state in one table cell."""
-    if not store_dir(str(record.get("fingerprint"))).is_dir():
+def check_cell(record: dict[str, Any], folder: Path) -> str:
+    """A released folder's check state against its record, in one table cell."""
+    if not folder.is_dir():
         return f"not on this machine: `{record.get('command')}`"
-    problems = check_release(record)
+    problems = compare(folder, record.get("sha256", {}))
     return f"{len(problems)} file(s) changed or missing" if problems else "files as recorded"
