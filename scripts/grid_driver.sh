@@ -19,6 +19,17 @@ name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['na
 results=$(python3 -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(c.get('results') or 'studies/' + c['name'])" "$config")
 lock=${ENVACE_LOCK:-/tmp/envace-heavy.lock}
 tree="$main/../grid-$name"
+limit=$((5 * 1024 * 1024))  # no file over 5 MB goes into git (tests/test_repo.py checks the tree)
+small() {  # the paths of "$@" that may be committed: a file over the limit is refused in one line
+  local p
+  for p in "$@"; do
+    if [ -f "$main/$p" ] && [ "$(stat -c %s "$main/$p")" -gt "$limit" ]; then
+      echo "=== $p: $(stat -c %s "$main/$p") bytes, over 5 MB: not committed" >&2
+    else
+      printf '%s\n' "$p"
+    fi
+  done
+}
 [ -d "$tree" ] || git worktree add --detach "$tree" "$commit"
 if [ $# -eq 0 ]; then
   mapfile -t units < <(PYTHONPATH=src .venv/bin/envace experiment --config "$config" --list | awk '$NF != "done" && $1 ~ /^[0-9]+$/ {print $2}')
@@ -51,21 +62,22 @@ for unit in "${units[@]}"; do
       # and one ignored path would make every `git add` below fail, the result file's with it)
       git check-ignore -q "$results/checkpoints/${kept##*/}" || paths+=("$results/checkpoints/${kept##*/}")
     done
-    if [ -d "$tree/$results/policies/$unit" ]; then  # its released policy (release_seeds): committed with it
-      rm -rf "${main:?}/$results/policies/$unit" && mkdir -p "$main/$results/policies"
-      cp -r "$tree/$results/policies/$unit" "$main/$results/policies/"
-      paths+=("$results/policies/$unit")
+    record="$results/policies/$unit.json"  # a released policy's record (its weights stay in the cache's store)
+    if [ -f "$tree/$record" ]; then  # committed with the result file
+      mkdir -p "$main/$results/policies" && cp "$tree/$record" "$main/$record"
+      paths+=("$record")
     fi
+    mapfile -t paths < <(small "${paths[@]}")
     for _ in 1 2 3 4 5; do  # another commit may hold the index for a moment
       git add "${paths[@]}" && git commit -qm "$name: $unit" -- "${paths[@]}" && break
       sleep 5
     done
     # a grid whose commit predates release_seeds: this checkout's code releases the fit's policy
     # while its checkpoint is here (a unit outside release_seeds is said so in one line)
-    if [[ $unit != eval-* ]] && [ ! -d "$main/$results/policies/$unit" ]; then
+    if [[ $unit != eval-* ]] && [ ! -f "$main/$record" ]; then
       PYTHONPATH=src .venv/bin/envace experiment --config "$config" --release --unit "$unit" 2>&1 | tail -1 || true
-      if [ -f "$main/$results/policies/$unit/release.json" ]; then
-        git add "$results/policies/$unit" && git commit -qm "$name: $unit released" -- "$results/policies/$unit" || true
+      if [ -f "$main/$record" ] && [ -n "$(small "$record")" ]; then
+        git add "$record" && git commit -qm "$name: $unit released" -- "$record" || true
       fi
     fi
   fi

@@ -113,7 +113,7 @@ def check_out(out: Path, ckpt: Path, force: bool) -> None:
 
 
 def manifest(
-    ckpt_path: Path,
+    source: str,
     ckpt: dict[str, Any],
     role: str,
     prefix: str,
@@ -121,9 +121,10 @@ def manifest(
     base: tuple[str, str | None] | None,
     dtype: str | None = None,
 ) -> dict[str, Any]:
-    """What ``envace_export.json`` records about the export (``base``: the adapters' base and note)."""
+    """What ``envace_export.json`` records about the export (``source``: what it names as the weights'
+    origin; ``base``: the adapters' base and note)."""
     record: dict[str, Any] = {
-        "source": str(ckpt_path.resolve()),
+        "source": source,
         "role": role,
         "weights": prefix + "*",
         "format": "adapters" if base else "merged",
@@ -161,7 +162,10 @@ def rebuild(
     model = load_checkpoint(dataclasses.replace(spec, gradient_checkpointing=False), path, ckpt, prefix=prefix)
     model.eval()
     if named:
-        model.peft_config["default"].base_model_name_or_path = named[0]
+        config = model.peft_config["default"]
+        config.base_model_name_or_path = named[0]
+        if isinstance(config.target_modules, set):  # saved in a set's order, which changes between processes
+            config.target_modules = sorted(config.target_modules)
     elif lora:
         model = model.merge_and_unload()
     return model, spec, named
@@ -202,6 +206,7 @@ def export(
     force: bool = False,
     base: str | None = None,
     dtype: str | None = None,
+    source: str | None = None,
 ) -> Path:
     """Write the model of ``role`` in the Lightning checkpoint ``ckpt`` as a ``save_pretrained`` folder.
 
@@ -215,6 +220,8 @@ def export(
         base: with ``adapters``, what ``base_model_name_or_path`` names (a hub id or a folder) instead
             of the trained model's own name (:func:`adapter_base`).
         dtype: ``bfloat16`` or ``float32``: the dtype the weights are saved in (default: as trained).
+        source: what ``envace_export.json`` names as the weights' origin (default: the checkpoint's
+            absolute path; a release names their fingerprint, which every machine agrees on).
 
     Returns:
         The folder written.
@@ -231,7 +238,7 @@ def export(
         import torch
 
         model = model.to(getattr(torch, dtype))
-    record = manifest(Path(ckpt), state, role, prefix, spec, named, dtype)
+    record = manifest(source or str(Path(ckpt).resolve()), state, role, prefix, spec, named, dtype)
     write_folder(model, load_tokenizer(spec.name_or_path), record, out_dir)
     on = f", base {named[0]}" if named else ""
     print(f"envace export: wrote {out_dir} ({record['format']}, {spec.name_or_path}, {prefix}*{on})")

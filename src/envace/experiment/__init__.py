@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _write_metadata(cfg)
     if opts.release:
-        return _release(cfg, None if opts.unit is None else find_unit(cfg, opts.unit).key)
+        return _release(cfg, opts.config, None if opts.unit is None else find_unit(cfg, opts.unit).key)
     if opts.unit is not None:
         unit = find_unit(cfg, opts.unit)
-        print(f"[{cfg.name}] {unit.key}: {runner.run_unit(cfg, unit)}", flush=True)
+        print(f"[{cfg.name}] {unit.key}: {runner.run_unit(cfg, unit, opts.config)}", flush=True)
         return 0
     failed = runner.run_grid(cfg, opts.config, show=lambda line: print(line, flush=True))
     if not opts.no_report and not failed and not os.environ.get("ENVACE_EXPERIMENT_CHILD"):
@@ -77,14 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _release(cfg: ExperimentConfig, only: str | None = None) -> int:
+def _release(cfg: ExperimentConfig, config: str, only: str | None = None) -> int:
     """``--release [--unit K]``: each finished unit of ``release_seeds`` (or only ``K``) not yet released,
-    from its checkpoint (restored, or fitted again and checked against its result file, where the work
-    folder lost it)."""
-    import json
-
+    or whose released folder is not on this machine (or not as recorded), from its checkpoint (restored,
+    or fitted again and checked against its result file, where the work folder lost it); a folder made
+    again must hold the checksums its committed record names."""
     from envace.experiment import release, runner
-    from envace.experiment.grid import is_done, result_path
     from envace.experiment.machine import pin_numerics
 
     chosen = [u for u in release.released(cfg) if only in (None, u.key)]
@@ -92,15 +90,16 @@ def _release(cfg: ExperimentConfig, only: str | None = None) -> int:
         raise ValueError(f"{cfg.name}: {only or 'no unit'} is not released (release_seeds: {cfg.release_seeds})")
     pin_numerics(cfg)
     for unit in chosen:
-        folder = release.release_dir(cfg, unit)
-        if not is_done(cfg, unit) or release.is_released(cfg, unit):
-            state = "released" if is_done(cfg, unit) else "not done"
-            print(f"[{cfg.name}] {unit.key}: {state}, {folder}", flush=True)
+        fingerprint = release.recorded_fingerprint(cfg, unit)
+        record = release.record_path(cfg, unit)
+        if fingerprint is None:
+            print(f"[{cfg.name}] {unit.key}: not done", flush=True)
             continue
-        runner.ensure_checkpoint(cfg, unit)
-        recorded = json.loads(result_path(cfg, unit).read_text())["fingerprint"]
-        written = release.release_unit(cfg, unit, runner.last_checkpoint(cfg, unit.key), recorded)
-        print(f"[{cfg.name}] {unit.key}: released, {written}", flush=True)
+        sound = release.is_released(cfg, unit) and not release.check_release(release.read_json(record) or {})
+        if not sound:
+            runner.ensure_checkpoint(cfg, unit)
+            release.release_unit(cfg, unit, runner.last_checkpoint(cfg, unit.key), fingerprint, config)
+        print(f"[{cfg.name}] {unit.key}: released, {record} ({release.store_dir(fingerprint)})", flush=True)
     return 0
 
 

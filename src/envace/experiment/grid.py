@@ -83,8 +83,9 @@ class ExperimentConfig:
         variants: named further settings of the runs (each an :data:`Overlay`, after the recipe), used by
             arms written ``<overlay>+<name>`` (``real_env+lr5e-5``): a recipe search is a grid of such arms.
         reference_arm: the arm every other policy is compared with in the report.
-        release_seeds: the seeds whose runs' final policies, and then the warm start's, are released
-            beside the result files as bf16 peft adapter folders (:mod:`~envace.experiment.release`).
+        release_seeds: the seeds whose runs' final policies, and then the warm start's, are released as
+            bf16 peft adapter folders in the cache's store, their records beside the result files
+            (:mod:`~envace.experiment.release`).
         hypotheses: what the study predicts, judged in the report (:mod:`~envace.experiment.judge`):
             a YAML file of declarations (``studies/bfcl_arms/hypotheses.yaml``) or the list itself.
     """
@@ -251,10 +252,14 @@ def is_done(cfg: ExperimentConfig, unit: Unit) -> bool:
 
 def write_result(cfg: ExperimentConfig, unit: Unit, result: dict[str, Any]) -> Path:
     """Write a unit's result file atomically: a crash leaves the old state, never half a file."""
-    path = result_path(cfg, unit)
+    return write_json(result_path(cfg, unit), result)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` to ``path`` atomically (a crash leaves the old file, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
     return path
 

@@ -231,8 +231,9 @@ def fit_result(cfg: ExperimentConfig, unit: Unit) -> dict[str, Any]:
     return {**base, "arm": unit.arm, "seed": unit.seed, "cost": cost, "curves": curves}
 
 
-def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
-    """Run one unit here and write its result file (after the units it needs have theirs)."""
+def run_unit(cfg: ExperimentConfig, unit: Unit, config: str) -> Path:
+    """Run one unit here and write its result file (after the units it needs have theirs); ``config``:
+    the grid's config file, which a released unit's record names (:mod:`~envace.experiment.release`)."""
     grid = {u.key: u for u in units(cfg)}
     missing = [k for k in unit.needs if not is_done(cfg, grid[k])]
     if missing:
@@ -255,7 +256,7 @@ def run_unit(cfg: ExperimentConfig, unit: Unit) -> Path:
         keep_policy(cfg, unit)
     result = {**fit_result(cfg, unit), "code": git_commit(), "machine": machine()}
     if unit in released(cfg):  # before its result file: a unit done is a unit released
-        release_unit(cfg, unit, last_checkpoint(cfg, unit.key), result["fingerprint"])
+        release_unit(cfg, unit, last_checkpoint(cfg, unit.key), result["fingerprint"], config)
     return write_result(cfg, unit, result)
 
 
