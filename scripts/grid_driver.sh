@@ -39,8 +39,8 @@ fi
 for unit in "${units[@]}"; do
   file="$results/units/$unit.json"
   [ -f "$main/$file" ] && continue
+  rm -rf "${tree:?}/$results"  # first: an earlier pin's untracked results would block a pin that tracks them
   git -C "$tree" checkout -q --detach "$commit"
-  rm -rf "${tree:?}/$results"
   git -C "$tree" checkout -q -- .  # the commit's own result files, then every one landed since
   mkdir -p "$tree/$results/units"
   cp -n "$main/$results"/units/*.json "$tree/$results/units/" 2>/dev/null || true
