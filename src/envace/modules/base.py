@@ -324,7 +324,8 @@ class PolicyModule(pl.LightningModule):
             raise RewardError(f"step {self.global_step}: {exc}") from exc.__cause__
 
     def gold_rollout(self) -> Rollout:
-        """The oracle acts, the weights that rehearse (:meth:`rehearsal`) answer, a real environment in lockstep."""
+        """The oracle acts (one gold call an act step, as training episodes are laid out), the weights that
+        rehearse (:meth:`rehearsal`) answer, a real environment in lockstep."""
         return gold_rollout(self.tokenizer, self.fmt, self.engine.stop_ids, self.rehearsal(), self.limits)
 
     # --- checkpoints -----------------------------------------------------------------------------

@@ -121,12 +121,14 @@ def gold_rollout(
     stop_ids: list[int],
     rehearsal: Responder,
     limits: RolloutLimits,
-    layout: str = "turn",
+    layout: str = "call",
 ) -> Rollout:
     """A rollout whose acts are the gold calls (the oracle) and whose tool turns ``rehearsal`` writes,
     beside a lockstep real environment: rehearsal fidelity on the calls that matter, whatever the
-    policy would have called. ``layout`` (:data:`ORACLES`) places the calls; the oracle's act budget
-    is lifted (whole turns, or as many steps as the gold has calls)."""
+    policy would have called. ``layout`` (:data:`ORACLES`) places the calls, by default as training
+    episodes have them (``call``: a ``turn`` rehearsal sees the turn's later gold calls, a leak, in a
+    layout training never shows); the oracle's act budget is lifted (whole turns, or as many steps as
+    the gold has calls)."""
     if layout not in ORACLES:
         raise ValueError(f"gold layout must be one of {', '.join(ORACLES)}, got {layout!r}")
     limits = dataclasses.replace(limits, max_new_tokens=4096, max_calls_per_step=64, max_steps_per_turn=64,
