@@ -544,7 +544,9 @@ def test_a_killed_evaluation_resumes_from_its_finished_parts(tmp_path: Path, mon
                                score=1.0, details={}, turns=1, flags=set(), calls=[], imagination=[])  # fmt: skip
         return SimpleNamespace(items=[item])
 
-    def gold_fidelity(policy: Any, tasks: Any, limits: Any, sampling: Any, split: str) -> list[dict[str, Any]]:
+    def gold_fidelity(
+        policy: Any, tasks: Any, limits: Any, sampling: Any, split: str, layout: str
+    ) -> list[dict[str, Any]]:
         if killed["at"] == split:
             raise KeyboardInterrupt  # the attempt dies here
         ran.append(f"fidelity {split}")

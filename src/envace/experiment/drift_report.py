@@ -18,15 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace.experiment.fields import Fields, read_json
-from envace.experiment.hypotheses import Boot, code_cell, format_interval, limit_shares, markdown_table, pauses_cell
-from envace.experiment.results import (
-    WARM,
-    Results,
-    evals_of,
-    fidelity_values,
-    item_values,
-    load_results,
+from envace.experiment.hypotheses import (
+    Boot,
+    code_cell,
+    common_layout,
+    format_interval,
+    gold_fidelity,
+    limit_shares,
+    markdown_table,
+    no_common_layout,
+    pauses_cell,
 )
+from envace.experiment.results import WARM, Results, evals_of, item_values, load_results
 from envace.experiment.results import task_counts as counts_of
 from envace.experiment.stats import CONTRADICTED, SUPPORTED, minimum_detectable_difference, verdict
 
@@ -206,12 +209,13 @@ def _success_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]
 def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str]:
     exp = results.experiment
     imagined = [s for s in exp.settings if s != NONE]
+    evals = [e for _, arm in _policies(exp.arms) for d in grid.drifts for e in evals_of(results, arm, d)]
+    layout = common_layout(evals)
     rows = []
     for label, arm in _policies(exp.arms):
         for d in grid.drifts:
             cells = [
-                format_interval(boot.mean(fidelity_values(results, arm, exp.splits, m, d)))
-                for m in ("value_f1", "key_f1")
+                format_interval(boot.mean(gold_fidelity(results, arm, m, layout, d))) for m in ("value_f1", "key_f1")
             ]
             for s in imagined:
                 cells += [
@@ -223,21 +227,24 @@ def _fidelity_section(results: Results, grid: DriftGrid, boot: Boot) -> list[str
         "policy",
         "drift",
         "mode",
-        "gold value_f1 (N = 0)",
-        "gold key_f1 (N = 0)",
+        f"gold value_f1 (N = 0, {layout or 'no common'} layout)",
+        f"gold key_f1 (N = 0, {layout or 'no common'} layout)",
         *(f"{s} imagined {m}" for s in imagined for m in ("value_f1", "key_f1")),
     ]
     return [
         "## Rehearsal fidelity under drift",
         "",
         "N = 0: the policy's rehearsal of the gold calls (the oracle acts, the policy writes every response, the "
-        "drifted environment answers in lockstep). N > 0: the imagination against the committed episode: each "
+        "drifted environment answers in lockstep), in the gold layout named, one every evaluation of the table "
+        "holds (`call`: one gold call an act step, as training episodes are laid out; `turn`: a turn's calls in "
+        "one step). N > 0: the imagination against the committed episode: each "
         "committed call's real (drifted) response against the response the latest imagination before it "
         "rehearsed for that tool (its arguments first); calls never rehearsed are left out. key_f1 measures the "
         "shape (drift renames, nests and adds keys), value_f1 the values.",
         "",
         *markdown_table(header, rows),
         "",
+        *([f"Gold fidelity (N = 0): {no_common_layout(evals)}.", ""] if layout is None else []),
     ]
 
 

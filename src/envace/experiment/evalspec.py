@@ -12,6 +12,7 @@ from envace.envs import DriftSpec
 from envace.evaluation.bfcl_single import SPLIT_CATEGORIES
 from envace.rollout.engine.sampling import SamplingConfig
 from envace.rollout.loop import RolloutLimits
+from envace.rollout.reference import ORACLES
 
 NO_DRIFT = "none"
 #: the source of each benchmark an experiment can evaluate
@@ -60,6 +61,11 @@ class EvalSpec:
         sampling: the evaluation's sampler over the base config's (``SamplingConfig`` fields but
             ``temperature``), e.g. ``{engine: vllm, vllm: {dtype: bfloat16}}``: the evaluation reads the
             base config, not ``fit_args``, so a grid whose runs sample on vLLM says so here too.
+        gold_layouts: how the gold oracle lays out a turn's calls for the gold-call fidelity, each
+            measured apart (:data:`~envace.rollout.reference.ORACLES`): ``call``, one gold call an act
+            step, as every training episode is laid out; ``turn``, a turn's gold calls in one act step
+            (what units written before this field measured: each rehearsal sees the turn's later gold
+            calls, chosen from the real answers).
     """
 
     benchmark: Literal["bfcl", "bfcl-single", "shopworld"] = "bfcl"
@@ -77,6 +83,7 @@ class EvalSpec:
     limits: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
     rehearsal_seeds: list[int] | None = None
+    gold_layouts: list[str] = field(default_factory=lambda: ["call"])
 
     def __post_init__(self) -> None:
         if self.benchmark not in SOURCES:
@@ -104,6 +111,7 @@ class EvalSpec:
                 f"evaluation.sampling: unknown or fixed field {unknown[0]!r} (temperature is "
                 f"evaluation.temperature; fields: {', '.join(sorted(known))})"
             )
+        _check_gold_layouts(self.gold_layouts)
         if self.rehearsal_seeds is not None:
             _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
 
@@ -147,6 +155,12 @@ class EvalSpec:
         return out + [
             (m, n, r) for n in sorted(set(self.n_values)) if n > 0 for m in self.modes for r in self.reimagine
         ]
+
+
+def _check_gold_layouts(layouts: Any) -> None:
+    known = isinstance(layouts, list) and all(isinstance(x, str) and x in ORACLES for x in layouts)
+    if not known or not layouts or len(set(layouts)) < len(layouts):
+        raise ValueError(f"evaluation.gold_layouts must list distinct layouts of {', '.join(ORACLES)}, got {layouts!r}")
 
 
 def _check_rehearsal_seeds(seeds: Any, n_values: list[int]) -> None:

@@ -12,7 +12,9 @@ Per split (``val``: unseen scenarios of the training API classes; ``test``: unse
   ``evaluation.rehearsal_seeds``: setting ``none`` only);
 * the rehearsal fidelity of the policy's own weights on the gold calls (the oracle acts, the policy
   writes every tool response, a real environment answers in lockstep): value and key F1, JSON
-  validity, error agreement, averaged over the task's calls;
+  validity, error agreement, averaged over the task's calls; once per gold layout of
+  ``evaluation.gold_layouts`` (``call``: one gold call an act step, as training episodes are laid
+  out; ``turn``: a turn's calls in one step), each row naming its layout;
 * with private rehearsal, the fidelity of the imagination to the committed episode: each committed
   call's real response against what the latest imagination before it rehearsed for that call
   (the same tool and arguments, else the same tool), value and key F1 per item.
@@ -75,21 +77,31 @@ def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]
     return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
 
 
-def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Path | None = None) -> dict[str, Any]:
-    """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity
-    (``parts``: the folder that keeps the finished parts of this policy's evaluation, see above)."""
-    from envace.evaluation import evaluate
-    from envace.evaluation.base import TaskFilter
-    from envace.evaluation.drift import DriftConfig
-    from envace.evaluation.policies import PolicyConfig, load_eval_policy
-    from envace.inference import ImaginationConfig
+def _settings(cfg: ExperimentConfig, unit: Unit) -> tuple[Any, RolloutLimits, SamplingConfig, Any]:
+    """``(drift, limits, sampling, loading)`` of ``unit``'s evaluation: its drift (``None``: undrifted), the
+    training config's limits and sampler with the evaluation's over them, and how its policy loads."""
+    from envace.evaluation.policies import PolicyConfig
 
     spec, model = cfg.evaluation, fit_settings(cfg)
     drift = dict(drift_entries(spec)).get(unit.drift) if unit.drift is not None else None
-    drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
     limits = RolloutLimits(**{**(model["limits"] or {}), **spec.limits})
     sampling = SamplingConfig(**{**(model["sampling"] or {}), **spec.sampling, "temperature": spec.temperature})
-    loading = PolicyConfig(chat_format=model["chat_format"], tool_style=model["tool_style"])
+    return drift, limits, sampling, PolicyConfig(chat_format=model["chat_format"], tool_style=model["tool_style"])
+
+
+def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Path | None = None) -> dict[str, Any]:
+    """The result file of ``unit``: every task's official verdict per setting, and its gold fidelity in
+    each of ``evaluation.gold_layouts`` (``parts``: the folder that keeps the finished parts of this
+    policy's evaluation, see above)."""
+    from envace.evaluation import evaluate
+    from envace.evaluation.base import TaskFilter
+    from envace.evaluation.drift import DriftConfig
+    from envace.evaluation.policies import load_eval_policy
+    from envace.inference import ImaginationConfig
+
+    spec = cfg.evaluation
+    drift, limits, sampling, loading = _settings(cfg, unit)
+    drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
     policy = load_eval_policy(str(checkpoint), loading)
     items: list[dict[str, Any]] = []
     fidelity: list[dict[str, Any]] = []
@@ -106,15 +118,60 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Pa
                     "out": None, "quiet": True}  # fmt: skip
             name = f"{split}-items-reimagine{reimagine}-n{'-'.join(map(str, n_values))}"
             items += kept_part(parts, name, partial(_split_items, evaluate, spec, policy, split, reimagine, call))
-        rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
         if spec.answers_calls:
-            run = partial(gold_fidelity, policy, rehearsed, limits, sampling, split)
-            fidelity += kept_part(parts, f"{split}-gold-fidelity", run)
+            rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
+            fidelity += split_fidelity(policy, rehearsed, limits, sampling, split, spec.gold_layouts, parts)
     out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
     if unit.drift is not None:
         out.update(drift=unit.drift, drift_spec=None if drift is None else drift.to_json())
     return out
+
+
+def unit_fidelity(
+    cfg: ExperimentConfig, unit: Unit, checkpoint: Path, layout: str, parts: Path | None = None
+) -> list[dict[str, Any]]:
+    """Only the gold fidelity rows of ``unit``'s evaluation in ``layout``: the tasks, drift, limits and
+    sampler :func:`evaluate_unit` uses, its parts folder too (what ``--add-fidelity`` adds to a landed unit)."""
+    from envace.evaluation.policies import load_eval_policy
+
+    spec = cfg.evaluation
+    drift, limits, sampling, loading = _settings(cfg, unit)
+    policy = load_eval_policy(str(checkpoint), loading)
+    rows: list[dict[str, Any]] = []
+    for split in spec.splits:
+        tasks = held_out(spec, split, policy.tokenizer, policy.fmt)
+        rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
+        rows += split_fidelity(policy, rehearsed, limits, sampling, split, [layout], parts)
+    return rows
+
+
+def fidelity_part(split: str, layout: str) -> str:
+    """The part (:func:`kept_part`) of a split's gold fidelity in ``layout``: ``turn``'s keeps the name it
+    had when it was the only layout, so that an evaluation begun then resumes from its parts.
+
+    >>> fidelity_part("test", "turn"), fidelity_part("test", "call")
+    ('test-gold-fidelity', 'test-gold-fidelity-call')
+    """
+    return f"{split}-gold-fidelity" + ("" if layout == "turn" else f"-{layout}")
+
+
+def split_fidelity(
+    policy: Any,
+    tasks: list[Task],
+    limits: RolloutLimits,
+    sampling: SamplingConfig,
+    split: str,
+    layouts: list[str],
+    parts: Path | None,
+) -> list[dict[str, Any]]:
+    """A split's gold fidelity rows in each layout, one part each; every row names its layout (a part an
+    earlier attempt wrote before rows did is ``turn``'s, by its name)."""
+    rows: list[dict[str, Any]] = []
+    for layout in layouts:
+        run = partial(gold_fidelity, policy, tasks, limits, sampling, split, layout)
+        rows += [{**row, "layout": layout} for row in kept_part(parts, fidelity_part(split, layout), run)]
+    return rows
 
 
 def _split_items(
@@ -209,15 +266,17 @@ def task_classes(spec: EvalSpec) -> dict[str, Any]:
 
 
 def gold_fidelity(
-    policy: Any, tasks: list[Task], limits: RolloutLimits, sampling: SamplingConfig, split: str
+    policy: Any, tasks: list[Task], limits: RolloutLimits, sampling: SamplingConfig, split: str, layout: str = "call"
 ) -> list[dict[str, Any]]:
     """Per task: the mean fidelity scores of the policy's rehearsals of the gold calls (``None`` when
-    the task made no call pair)."""
+    the task made no call pair), the oracle laying out each turn's gold calls as ``layout`` says
+    (:data:`~envace.rollout.reference.ORACLES`)."""
     engine = make_engine(policy.model, policy.tokenizer, policy.fmt, sampling)
-    rollout = gold_rollout(policy.tokenizer, policy.fmt, engine.stop_ids, PolicyRehearsal(engine=engine), limits)
+    rehearsal = PolicyRehearsal(engine=engine)
+    rollout = gold_rollout(policy.tokenizer, policy.fmt, engine.stop_ids, rehearsal, limits, layout=layout)
     rows = []
     for ep in rollout.run(tasks, 1, seeds=list(range(len(tasks)))):
         scores = [score_pair(p.rehearsed, p.real) for p in ep.fidelity]
         means = {k: (fmean(getattr(s, k) for s in scores) if scores else None) for k in SCORES}
-        rows.append({"split": split, "task_id": ep.task.id, "pairs": len(scores), **means})
+        rows.append({"split": split, "task_id": ep.task.id, "layout": layout, "pairs": len(scores), **means})
     return rows

@@ -13,8 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.hypotheses import Boot, Interval, rehearsal_success
-from envace.experiment.results import Results, fidelity_values, item_values
+from envace.experiment.hypotheses import Boot, Interval, arms_layout, gold_fidelity, no_common_layout, rehearsal_success
+from envace.experiment.results import Results, item_values
 from envace.experiment.training_table import KL, MOVING_AVERAGE, REWARD, has_training_curves, moving_average
 
 #: the curves figure's tags: the validation headline, turn score and gold-call fidelity over all tools
@@ -28,7 +28,7 @@ FIGURES = {
     "success.png": "Official success per policy (setting none), mean over tasks with 95% cluster bootstrap interval",
     "curves.png": "Validation curves during RL: mean over seeds per arm vs step",
     "rehearsal.png": "Official success (pooled) vs number of private rehearsals N, parallel and sequential",
-    "fidelity.png": "Gold-call rehearsal fidelity (value_f1, pooled): warm start vs each arm's final policy",
+    "fidelity.png": "Gold-call rehearsal fidelity (value_f1, pooled, {layout}): warm start vs each arm's final policy",
 }
 TRAINING_FIGURE = {
     "training.png": f"Training per RL step, mean over each arm's runs: reward (moving average over {MOVING_AVERAGE} "
@@ -126,12 +126,13 @@ def _rehearsal(results: Results, boot: Boot, axes: Any) -> None:
 
 def _fidelity(results: Results, boot: Boot, ax: Any) -> None:
     labels = _labels(results)
+    layout, _ = arms_layout(results, [arm for _, arm in labels])
     for i, (_, arm) in enumerate(labels):
-        ci = boot.mean(fidelity_values(results, arm, results.experiment.splits))
+        ci = boot.mean(gold_fidelity(results, arm, "value_f1", layout))
         _errorbar(ax, i, ci, color=f"C{min(i, 1)}")
         if i == 0 and ci is not None:
             ax.axhline(ci[0], color="C0", linestyle="--", linewidth=0.8)
-    ax.set_title("gold-call fidelity (dashed: warm start)")
+    ax.set_title(f"gold-call fidelity, {layout or 'no common'} gold layout (dashed: warm start)")
     ax.set_xticks(range(len(labels)), [label for label, _ in labels], rotation=20)
     ax.set_ylabel("gold-call value_f1")
     ax.set_ylim(-0.02, 1.02)
@@ -160,9 +161,11 @@ def _training(results: Results, axes: Any) -> None:
 
 
 def figures_of(results: Results) -> dict[str, str]:
-    """The figures written for these results, file name -> caption: :data:`FIGURES`, and the training
-    figure when a run file holds its curves."""
-    return {**FIGURES, **(TRAINING_FIGURE if has_training_curves(results) else {})}
+    """The figures written for these results, file name -> caption: :data:`FIGURES` (the fidelity's naming
+    its gold layout, or why none is compared), and the training figure when a run file holds its curves."""
+    layout, evals = arms_layout(results, [arm for _, arm in _labels(results)])
+    fidelity = FIGURES["fidelity.png"].format(layout=f"{layout} gold layout" if layout else no_common_layout(evals))
+    return {**FIGURES, "fidelity.png": fidelity, **(TRAINING_FIGURE if has_training_curves(results) else {})}
 
 
 def write_figures(results: Results, folder: Path, boot: Boot) -> list[Path]:

@@ -4,7 +4,8 @@ per-task values a hypothesis compares (:mod:`~envace.experiment.judge` judges th
 Success is the official checker's, with no rehearsal (setting ``none``), pooled over the grid's
 splits; differences are paired by task. Gains of a rehearsal setting over ``none`` are paired on
 task × seed cells: with ``evaluation.rehearsal_seeds``, ``none`` on the seeds the setting was
-evaluated on.
+evaluated on. Gold-call fidelity is compared in one gold layout that every evaluation compared holds
+(:func:`common_layout`, ``call`` first), never two layouts mixed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envace.data.pools import family_of
-from envace.experiment.results import NONE, Item, PerTask, Results, item_values, paired_item_values
+from envace.experiment.results import (
+    NONE,
+    Eval,
+    Item,
+    PerTask,
+    Results,
+    evals_of,
+    fidelity_values,
+    item_values,
+    paired_item_values,
+)
 from envace.experiment.stats import cluster_bootstrap, paired_difference
 
 Interval = tuple[float, float, float]
@@ -133,6 +144,53 @@ def best_gain(results: Results, arm: str, boot: Boot) -> tuple[str, Diff] | None
         if diff is not None and (best is None or diff[0] > best[1][0]):
             best = (setting, diff)
     return best
+
+
+#: the gold layouts a fidelity comparison prefers, best first (``call``: as training episodes are laid out)
+LAYOUTS = ("call", "turn")
+
+
+def common_layout(evals: Iterable[Eval]) -> str | None:
+    """The gold layout that every evaluation with gold fidelity holds, :data:`LAYOUTS` first (then by
+    name); ``None`` when they share none. An evaluation without fidelity rows constrains nothing, so
+    evaluations without any give ``call``, with nothing to read.
+
+    >>> from envace.experiment.results import Fidelity
+    >>> def ev(*layouts): return Eval("p", "a", 0, 1.0, [], [Fidelity("t", "1", 1, *[1.0] * 5, x) for x in layouts])
+    >>> common_layout([ev("turn", "call"), ev("call")]), common_layout([ev("turn", "call"), ev("turn")])
+    ('call', 'turn')
+    >>> common_layout([ev("turn"), ev("call")]), common_layout([ev()])
+    (None, 'call')
+    """
+    held = [{f.layout for f in e.fidelity} for e in evals if e.fidelity]
+    shared = set.intersection(*held) if held else {LAYOUTS[0]}
+    return min(shared, key=lambda x: (LAYOUTS.index(x) if x in LAYOUTS else len(LAYOUTS), x), default=None)
+
+
+def no_common_layout(evals: Iterable[Eval]) -> str:
+    """The one line a report gives instead of a fidelity figure when :func:`common_layout` is ``None``:
+    the evaluations compared, grouped by the gold layouts each holds."""
+    by_layouts: dict[str, list[str]] = {}
+    for e in evals:
+        name = e.policy + (f" under {e.drift}" if e.drift != NONE else "")
+        by_layouts.setdefault("+".join(sorted({f.layout for f in e.fidelity})) or "none", []).append(name)
+    held = "; ".join(f"{layouts}: {', '.join(names)}" for layouts, names in sorted(by_layouts.items()))
+    return f"no gold layout common to every evaluation compared ({held}): gold-call fidelity not compared"
+
+
+def arms_layout(results: Results, arms: Iterable[str], drift: str = NONE) -> tuple[str | None, list[Eval]]:
+    """:func:`common_layout` of the evaluations of ``arms`` (``"warm_start"``: the warm start's) under
+    ``drift``, and those evaluations."""
+    evals = [e for arm in dict.fromkeys(arms) for e in evals_of(results, arm, drift)]
+    return common_layout(evals), evals
+
+
+def gold_fidelity(results: Results, arm: str, metric: str, layout: str | None, drift: str = NONE) -> PerTask:
+    """:func:`~envace.experiment.results.fidelity_values` pooled over the grid's splits in ``layout``
+    (``None``, no common layout: no values)."""
+    if layout is None:
+        return {}
+    return fidelity_values(results, arm, results.experiment.splits, metric, drift, layout=layout)
 
 
 def code_cell(results: Results) -> str:

@@ -33,11 +33,23 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from envace.experiment.hypotheses import NONE, Boot, Diff, PerTask, best_gain, format_interval, rehearsal_success
-from envace.experiment.results import WARM, Results, eval_item_values, evals_of, fidelity_values, item_values
+from envace.experiment.hypotheses import (
+    NONE,
+    Boot,
+    Diff,
+    PerTask,
+    arms_layout,
+    best_gain,
+    format_interval,
+    gold_fidelity,
+    no_common_layout,
+    rehearsal_success,
+)
+from envace.experiment.results import WARM, Results, eval_item_values, evals_of, item_values
 from envace.experiment.stats import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 
 METRICS = ("success", "value_f1", "decision_f1", "gain")
+FIDELITY = ("value_f1", "decision_f1")  #: gold-call fidelity, read in one gold layout both sides hold
 RULES = ("superiority", "non_inferiority")
 PREDICTIONS = {  # a control's predicted outcome: its test on the interval (lo, hi) and its words
     "below": (lambda lo, hi: hi < 0, "hi < 0"),
@@ -171,8 +183,9 @@ def _values(results: Results, c: Comparison, setting: str) -> tuple[PerTask, Per
     splits = results.experiment.splits
     if c.metric == "gain":
         pair = rehearsal_success(results, c.a, setting)
-    elif c.metric in ("value_f1", "decision_f1"):
-        pair = fidelity_values(results, c.a, splits, c.metric), fidelity_values(results, c.b or WARM, splits, c.metric)
+    elif c.metric in FIDELITY:
+        layout = _layout(results, c)
+        pair = gold_fidelity(results, c.a, c.metric, layout), gold_fidelity(results, c.b or WARM, c.metric, layout)
     else:
         pair = (
             item_values(results, c.a, "success", splits, c.setting),
@@ -181,6 +194,28 @@ def _values(results: Results, c: Comparison, setting: str) -> tuple[PerTask, Per
     keep = _kept(c, splits)
     a, b = ({k: v for k, v in side.items() if keep(k)} for side in pair)
     return a, b
+
+
+def _layout(results: Results, c: Comparison) -> str | None:
+    """The gold layout a fidelity comparison reads: one both sides' evaluations hold, ``call`` first."""
+    return arms_layout(results, [c.a, c.b or WARM])[0]
+
+
+def named(results: Results, c: Comparison, setting: str) -> str:
+    """:func:`label`, a fidelity comparison's naming the gold layout it reads."""
+    layout = _layout(results, c) if c.metric in FIDELITY else None
+    return label(c, setting) + (f" ({layout} gold layout)" if layout else "")
+
+
+def _no_data(results: Results, c: Comparison, name: str) -> str:
+    """Why ``c`` has no interval: its sides share no gold layout (one line, each side's), or no data."""
+    return f"{name}: {_unshared(results, c) or 'no data'}"
+
+
+def _unshared(results: Results, c: Comparison) -> str | None:
+    """For a fidelity comparison whose sides share no gold layout, the line that says so; else ``None``."""
+    layout, evals = arms_layout(results, [c.a, c.b or WARM])
+    return no_common_layout(evals) if c.metric in FIDELITY and layout is None else None
 
 
 def _kept(c: Comparison, splits: list[str]) -> Callable[[str], bool]:
@@ -252,10 +287,10 @@ def _controls(results: Results, h: Hypothesis, boot: Boot, setting: str) -> tupl
     parts, met = [], True
     present = [c for c in h.controls if c.required or c.a == WARM or c.a in results.experiment.arms]
     for c in present:
-        d, name = diff(results, c, boot, setting), label(c, setting)
+        d, name = diff(results, c, boot, setting), named(results, c, setting)
         if d is None and c.required:
-            return f"not tested ({name}: no data)"
-        parts.append(_evidence(name, d) if d else f"{name}: no data")
+            return f"not tested ({_no_data(results, c, name)})"
+        parts.append(_evidence(name, d) if d else _no_data(results, c, name))
         met = met and d is not None and PREDICTIONS[str(c.predict)][0](d[1], d[2])
     if h.controls and not present:
         arms = ", ".join(dict.fromkeys(c.a for c in h.controls))
@@ -272,7 +307,7 @@ def _precondition(results: Results, h: Hypothesis, boot: Boot) -> str | None:
     c = Comparison(**pre)
     d = diff(results, c, boot)
     if d is None or d[0] < need:
-        shown = _evidence(label(c, NONE), d) if d else f"{label(c, NONE)}: no data"
+        shown = _evidence(named(results, c, NONE), d) if d else _no_data(results, c, named(results, c, NONE))
         return f"not decidable ({shown}, short of the {need:g} it needs)"
     return None
 
@@ -291,10 +326,12 @@ def judge_one(results: Results, h: Hypothesis, boot: Boot) -> Verdict:
                 h.name, h.statement, f"not tested (no rehearsal setting besides none for {h.compare[0].a})", "", rule
             )
         setting = best[0]
-    diffs = [(label(c, setting), diff(results, c, boot, setting)) for c in h.compare]
-    missing = next((name for name, d in diffs if d is None), None)
+    diffs = [(named(results, c, setting), diff(results, c, boot, setting)) for c in h.compare]
+    missing = next(((c, name) for c, (name, d) in zip(h.compare, diffs, strict=True) if d is None), None)
     if missing:
-        return Verdict(h.name, h.statement, f"not tested (no shared evaluated tasks for {missing})", "", rule)
+        unshared = _unshared(results, missing[0])
+        why = f"{missing[1]}: {unshared}" if unshared else f"no shared evaluated tasks for {missing[1]}"
+        return Verdict(h.name, h.statement, f"not tested ({why})", "", rule)
     controls = _controls(results, h, boot, setting)
     if isinstance(controls, str):
         return Verdict(h.name, h.statement, controls, "", rule)

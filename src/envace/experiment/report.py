@@ -20,13 +20,16 @@ from envace.experiment.figures import figures_of, write_figures
 from envace.experiment.hypotheses import (
     NONE,
     Boot,
+    arms_layout,
     best_gain,
     code_cell,
     family_count,
     fmt,
     format_interval,
+    gold_fidelity,
     limit_shares,
     markdown_table,
+    no_common_layout,
     pauses_cell,
     rehearsal_success,
     success,
@@ -36,7 +39,6 @@ from envace.experiment.results import (
     WARM,
     Results,
     evals_of,
-    fidelity_values,
     item_values,
     load_results,
     seeds_with,
@@ -145,18 +147,20 @@ def _mdd_section(results: Results) -> list[str]:
 
 
 def main_table(results: Results, boot: Boot) -> list[list[str]]:
-    """Rows of the main table: policy, success per split, pooled turn score, pooled gold-call value_f1.
+    """Rows of the main table: policy, success per split, pooled turn score, pooled gold-call value_f1 in
+    the gold layout every row's evaluations hold (``call`` first; none common: ``—``).
 
     Args:
         results: the loaded results.
         boot: the bootstrap settings.
     """
     splits = results.experiment.splits
+    layout, _ = arms_layout(results, [arm for _, arm in policies(results)])
     rows = []
     for label, arm in policies(results):
         cells = [format_interval(boot.mean(item_values(results, arm, "success", [s]))) for s in splits]
         cells.append(format_interval(boot.mean(item_values(results, arm, "turn_score", splits))))
-        cells.append(format_interval(boot.mean(fidelity_values(results, arm, splits))))
+        cells.append(format_interval(boot.mean(gold_fidelity(results, arm, "value_f1", layout))))
         rows.append([label, *cells])
     return rows
 
@@ -177,7 +181,9 @@ def _diff_rows(results: Results, boot: Boot, pairs: list[tuple[str, str, str]]) 
 
 def _results_section(results: Results, boot: Boot) -> list[str]:
     exp = results.experiment
-    header = ["policy", *(f"success {s}" for s in exp.splits), "turn score (pooled)", "gold-call value_f1 (pooled)"]
+    layout, evals = arms_layout(results, [arm for _, arm in policies(results)])
+    fidelity = f"gold-call value_f1 (pooled, {layout} layout)" if layout else "gold-call value_f1 (pooled)"
+    header = ["policy", *(f"success {s}" for s in exp.splits), "turn score (pooled)", fidelity]
     diff_header = ["policy", *(f"success {s}" for s in exp.splits), "success pooled", "tasks (pooled)"]
     ref = exp.reference_arm
     to_reference = [(label, ref, arm) for label, arm in policies(results) if arm != ref]
@@ -187,13 +193,16 @@ def _results_section(results: Results, boot: Boot) -> list[str]:
         "",
         "Official success (the benchmark's checker on committed real execution) and turn score (share of user turns "
         "passed), with no rehearsal (setting `none`); gold-call value_f1 is the fidelity of the policy's own "
-        "rehearsal of the gold calls. Each cell is `mean [lo, hi]`: the mean over tasks of the per-task mean over "
+        "rehearsal of the gold calls, the oracle writing them in the named gold layout (`call`: one an act step, "
+        "as training episodes are laid out; `turn`: a turn's calls in one step), one that every row's evaluations "
+        "hold. Each cell is `mean [lo, hi]`: the mean over tasks of the per-task mean over "
         f"seeds and a {boot.n_boot}-replicate 95% percentile bootstrap interval resampling task families (the "
         "categories of one BFCL scenario together; any other task alone), then seeds within each task (generator "
         f"seed {boot.seed}). Pooled: the tasks of all splits together.",
         "",
         *markdown_table(header, main_table(results, boot)),
         "",
+        *([f"Gold-call value_f1: {no_common_layout(evals)}.", ""] if layout is None else []),
         f"### Difference to the reference arm ({exp.reference_arm})",
         "",
         f"`{exp.reference_arm} − policy` in official success, paired by task over the tasks both have; the "

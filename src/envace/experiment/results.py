@@ -87,7 +87,8 @@ def _strings(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class Fidelity:
-    """Rehearsal fidelity of the policy on one task's gold calls (``None`` when it had no pairs)."""
+    """Rehearsal fidelity of the policy on one task's gold calls (``None`` when it had no pairs), the
+    oracle laying them out as ``layout`` (``evaluation.gold_layouts``; ``turn`` in files written before it)."""
 
     split: str
     task_id: str
@@ -97,6 +98,7 @@ class Fidelity:
     json_valid: float | None
     error_agreement: float | None
     decision_f1: float | None = None  # absent from result files written before it existed
+    layout: str = "turn"
 
 
 @dataclass(frozen=True)
@@ -191,15 +193,13 @@ def _fidelity(f: Fields) -> Fidelity:
         json_valid=f.number("json_valid", optional=True),
         error_agreement=f.number("error_agreement", optional=True),
         decision_f1=f.maybe_number("decision_f1"),
+        layout=f.text("layout") if "layout" in f.obj else "turn",
     )
 
 
 def _eval(f: Fields) -> Eval:
-    def is_obj(v: Any) -> bool:
-        return isinstance(v, dict)
-
-    items = f.array("items", is_obj, "an object")
-    fidelity = f.array("fidelity", is_obj, "an object")
+    items = f.array("items", lambda v: isinstance(v, dict), "an object")
+    fidelity = f.array("fidelity", lambda v: isinstance(v, dict), "an object")
     policy, arm = f.text("policy"), f.text("arm")
     if (policy == WARM) != (arm == WARM):
         raise f.error(
@@ -371,15 +371,16 @@ def seeds_with(results: Results, arm: str, settings: Iterable[str], drift: str =
 
 
 def fidelity_values(
-    results: Results, arm: str, splits: Iterable[str], metric: str = "value_f1", drift: str = "none"
+    results: Results, arm: str, splits: Iterable[str], metric: str = "value_f1", drift: str = "none", *, layout: str
 ) -> dict[str, list[float]]:
-    """Per-task gold-call fidelity of one arm (or the warm start); tasks without pairs are skipped."""
+    """Per-task gold-call fidelity of one arm (or the warm start) in one gold ``layout`` (two layouts of
+    a task never merge); tasks without pairs are skipped."""
     wanted = set(splits)
 
     def values(e: Eval) -> Iterable[tuple[str, float]]:
         for fid in e.fidelity:
             value = getattr(fid, metric)
-            if fid.split in wanted and value is not None:
+            if fid.split in wanted and fid.layout == layout and value is not None:
                 yield f"{fid.split}/{fid.task_id}", float(value)
 
     return _collect(evals_of(results, arm, drift), values)
