@@ -3,6 +3,7 @@
     envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml            # run what is not done, then report
     envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --list     # the units and their status
     envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --unit 3   # one unit (a scheduler's array task)
+    envace experiment --config studies/bfcl_arms/bfcl_cpu.yaml --unit eval-warm_start --add-fidelity call
     envace experiment --config studies/bfcl_arms/bfcl_cpu_v2.yaml --release  # the finished policies not yet released
     envace experiment report studies/bfcl_arms/bfcl_cpu                      # the report from the result files
 
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the experiment config (studies/<study>/*.yaml)")
     parser.add_argument("--list", action="store_true", help="print the units and their status, run nothing")
     parser.add_argument("--unit", help="run one unit (its key or index in --list), here, then stop")
+    add_help = "with --unit: add the gold fidelity of that layout (call, turn) to the finished evaluation unit"
+    parser.add_argument("--add-fidelity", metavar="LAYOUT", help=add_help)
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     release_help = "release the finished policies of release_seeds (--unit: that one) not yet released; run nothing"
     parser.add_argument("--release", action="store_true", help=release_help)
@@ -61,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         from envace.experiment.status import listing
 
         print(listing(cfg))
+        return 0
+    if opts.add_fidelity is not None:
+        from envace.experiment.add_fidelity import add_fidelity
+
+        if opts.unit is None:
+            parser.error("--add-fidelity needs --unit (the evaluation unit to add to)")
+        unit = find_unit(cfg, opts.unit)
+        print(f"[{cfg.name}] {unit.key}: {add_fidelity(cfg, unit, opts.add_fidelity)}", flush=True)
         return 0
     _write_metadata(cfg)
     if opts.release:

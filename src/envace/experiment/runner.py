@@ -169,6 +169,11 @@ def spent_seconds(cfg: ExperimentConfig, unit: Unit) -> float:
     return float(sum(json.loads(path.read_text()))) if path.is_file() else 0.0
 
 
+def eval_parts(cfg: ExperimentConfig, unit: Unit, weights: str) -> Path:
+    """An evaluation's finished parts, kept per weights (``weights``: their fingerprint): an attempt resumes."""
+    return unit_dir(cfg, unit) / "eval-parts" / weights[:16]
+
+
 def fingerprint(checkpoint: Path) -> str:
     """SHA-256 of a checkpoint's policy weights (names and bytes, in name order)."""
     import torch
@@ -244,12 +249,13 @@ def run_unit(cfg: ExperimentConfig, unit: Unit, config: str) -> Path:
     if unit.kind == "eval":
         from envace.experiment.evaluate import evaluate_unit
 
-        checkpoint = policy_checkpoint(cfg, unit)  # its finished parts, kept per weights: an attempt resumes
-        parts = unit_dir(cfg, unit) / "eval-parts" / fingerprint(checkpoint)[:16]
+        checkpoint = policy_checkpoint(cfg, unit)
+        weights = fingerprint(checkpoint)
+        parts = eval_parts(cfg, unit, weights)
         parts.mkdir(parents=True, exist_ok=True)
         with attempt(cfg, unit, parts):  # a killed attempt cost until its last part
             result = evaluate_unit(cfg, unit, checkpoint, parts)
-        result["seconds"] = round(spent_seconds(cfg, unit), 1)
+        result.update(seconds=round(spent_seconds(cfg, unit), 1), fingerprint=weights)
         return write_result(cfg, unit, {**result, "code": git_commit(), "machine": machine()})
     run_fit(cfg, unit)
     if unit.kind == "warm_start":
