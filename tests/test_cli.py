@@ -128,8 +128,9 @@ def test_export_bench_and_experiment_keep_their_flags() -> None:
 
 
 def test_experiment_flags_and_report_usage(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert "--config CONFIG  the experiment config" in _help(capsys, "experiment")
-    assert "--no-report      do not write the report at the end (default: False)" in _help(capsys, "experiment")
+    assert "--config CONFIG       the experiment config" in _help(capsys, "experiment")
+    assert "--no-report           do not write the report at the end (default: False)" in _help(capsys, "experiment")
+    assert "--add-fidelity LAYOUT\n" in _help(capsys, "experiment")
     assert "required: results" in bad_input(capsys, work, "experiment", "report")
     assert "did you mean '--no-report'?" in bad_input(capsys, work, "experiment", "--config", "x.yaml", "--no-reprt")
 
