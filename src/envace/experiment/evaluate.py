@@ -44,7 +44,7 @@ from envace.data.datamodule import prompt_tokens
 from envace.data.pools import spread
 from envace.data.sources import SourceSpec
 from envace.data.sources.bfcl import TRAIN_CLASSES
-from envace.envs import drifted_task
+from envace.envs import DriftSpec, drifted_task
 from envace.experiment.evalspec import SOURCES, EvalSpec, drift_entries, setting_label
 from envace.experiment.grid import ExperimentConfig, Unit
 from envace.metrics.fidelity import score_pair
@@ -77,7 +77,7 @@ def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]
     return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
 
 
-def _settings(cfg: ExperimentConfig, unit: Unit) -> tuple[Any, RolloutLimits, SamplingConfig, Any]:
+def _settings(cfg: ExperimentConfig, unit: Unit) -> tuple[DriftSpec | None, RolloutLimits, SamplingConfig, Any]:
     """``(drift, limits, sampling, loading)`` of ``unit``'s evaluation: its drift (``None``: undrifted), the
     training config's limits and sampler with the evaluation's over them, and how its policy loads."""
     from envace.evaluation.policies import PolicyConfig

@@ -201,7 +201,7 @@ def _layout(results: Results, c: Comparison) -> str | None:
     return arms_layout(results, [c.a, c.b or WARM])[0]
 
 
-def named(results: Results, c: Comparison, setting: str) -> str:
+def _named(results: Results, c: Comparison, setting: str) -> str:
     """:func:`label`, a fidelity comparison's naming the gold layout it reads."""
     layout = _layout(results, c) if c.metric in FIDELITY else None
     return label(c, setting) + (f" ({layout} gold layout)" if layout else "")
@@ -287,7 +287,7 @@ def _controls(results: Results, h: Hypothesis, boot: Boot, setting: str) -> tupl
     parts, met = [], True
     present = [c for c in h.controls if c.required or c.a == WARM or c.a in results.experiment.arms]
     for c in present:
-        d, name = diff(results, c, boot, setting), named(results, c, setting)
+        d, name = diff(results, c, boot, setting), _named(results, c, setting)
         if d is None and c.required:
             return f"not tested ({_no_data(results, c, name)})"
         parts.append(_evidence(name, d) if d else _no_data(results, c, name))
@@ -307,7 +307,7 @@ def _precondition(results: Results, h: Hypothesis, boot: Boot) -> str | None:
     c = Comparison(**pre)
     d = diff(results, c, boot)
     if d is None or d[0] < need:
-        shown = _evidence(named(results, c, NONE), d) if d else _no_data(results, c, named(results, c, NONE))
+        shown = _evidence(_named(results, c, NONE), d) if d else _no_data(results, c, _named(results, c, NONE))
         return f"not decidable ({shown}, short of the {need:g} it needs)"
     return None
 
@@ -326,7 +326,7 @@ def judge_one(results: Results, h: Hypothesis, boot: Boot) -> Verdict:
                 h.name, h.statement, f"not tested (no rehearsal setting besides none for {h.compare[0].a})", "", rule
             )
         setting = best[0]
-    diffs = [(named(results, c, setting), diff(results, c, boot, setting)) for c in h.compare]
+    diffs = [(_named(results, c, setting), diff(results, c, boot, setting)) for c in h.compare]
     missing = next(((c, name) for c, (name, d) in zip(h.compare, diffs, strict=True) if d is None), None)
     if missing:
         unshared = _unshared(results, missing[0])
