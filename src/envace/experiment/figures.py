@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from envace.experiment.hypotheses import Boot, Interval, arms_layout, gold_fidelity, no_common_layout, rehearsal_success
+from envace.experiment.hypotheses import Boot, Interval, arms_layout, gold_fidelity, rehearsal_success
 from envace.experiment.results import Results, item_values
 from envace.experiment.training_table import KL, MOVING_AVERAGE, REWARD, has_training_curves, moving_average
 
@@ -162,9 +162,9 @@ def _training(results: Results, axes: Any) -> None:
 
 def figures_of(results: Results) -> dict[str, str]:
     """The figures written for these results, file name -> caption: :data:`FIGURES` (the fidelity's naming
-    its gold layout, or why none is compared), and the training figure when a run file holds its curves."""
-    layout, evals = arms_layout(results, [arm for _, arm in _labels(results)])
-    fidelity = FIGURES["fidelity.png"].format(layout=f"{layout} gold layout" if layout else no_common_layout(evals))
+    its gold layout, or that none is common), and the training figure when a run file holds its curves."""
+    layout, _ = arms_layout(results, [arm for _, arm in _labels(results)])
+    fidelity = FIGURES["fidelity.png"].format(layout=f"{layout} gold layout" if layout else "no gold layout in common")
     return {**FIGURES, "fidelity.png": fidelity, **(TRAINING_FIGURE if has_training_curves(results) else {})}
 
 
