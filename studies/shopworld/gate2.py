@@ -8,7 +8,11 @@ same weights, bit-identical: gate 0's tune success of N = 128, gate 1's ``eval-w
 Per level: the env calls its exploration cost, the rehearsals' fidelity to the real answers of the
 gold calls (``decision_f1``, ``value_f1``, ``json_valid``; per split, mean over tasks) and tune success.
 Rule (rules.yaml, gate 2): decision-relevant fidelity rises with E and is >= 0.9 at 4C; tune success
-within 0.05 of E = 0's. A level not yet landed is listed as such and the gate is undecided.
+within 0.05 of E = 0's. Fidelity is judged in the call gold layout (rules.yaml's amendment of
+2026-12-07), the turn layout's table and verdict printed beside; a row naming no layout is turn (files
+written before layouts). A level not yet landed, or not yet measured in a layout (the landed E = 0 and
+E = 368 evaluations get the call layout by ``envace experiment --add-fidelity call``), leaves the gate
+undecided.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ from envace.data.sources.shopworld import exploration
 HERE = Path(__file__).resolve().parent
 LEVELS = {368: "C/4", 1464: "C", 5856: "4C"}  # knob-<E>.yaml; C = 1,464 (gate 1's run-real_env-s0)
 SCORES = ("decision_f1", "value_f1", "json_valid")
+#: the gold layouts, the judged one first (rules.yaml's amendment of 2026-12-07: the call layout; the turn
+#: layout, declared first, beside)
+LAYOUTS = ("call", "turn")
 
 
-def fidelity(unit: dict[str, Any], split: str) -> dict[str, float]:
-    """Mean per-task fidelity scores of ``split`` (tasks with no scored pair left out)."""
-    rows = [f for f in unit["fidelity"] if f["split"] == split and f["pairs"]]
+def fidelity(unit: dict[str, Any], split: str, layout: str) -> dict[str, float]:
+    """Mean per-task fidelity scores of ``split`` in the gold ``layout`` (a row naming none is ``turn``:
+    files written before layouts; tasks with no scored pair left out; empty: not measured)."""
+    rows = [f for f in unit["fidelity"] if f["split"] == split and f["pairs"] and f.get("layout", "turn") == layout]
     return {s: fmean(f[s] for f in rows if f[s] is not None) for s in SCORES} if rows else {}
 
 
@@ -46,11 +54,11 @@ def verdict(test_f1: dict[int, float], tune: dict[int, float], levels: tuple[int
     >>> verdict({0: 0.27, 368: 0.5, 1464: 0.8, 5856: 0.85}, {0: 0.315, 368: 0.3, 1464: 0.33, 5856: 0.35})
     'fails: decision F1 at 4C is 0.850, under 0.9'
     >>> verdict({0: 0.27, 368: 0.5}, {0: 0.315, 368: 0.3})
-    'undecided: E = 1464, 5856 not landed'
+    'undecided: E = 1464, 5856 not measured'
     """
     missing = [e for e in levels if e not in test_f1 or e not in tune]
     if missing:
-        return f"undecided: E = {', '.join(map(str, missing))} not landed"
+        return f"undecided: E = {', '.join(map(str, missing))} not measured"
     f1 = [test_f1[e] for e in levels]
     if any(b <= a for a, b in itertools.pairwise(f1)):
         return "fails: decision F1 does not rise with E (" + ", ".join(f"{v:.3f}" for v in f1) + ")"
@@ -72,8 +80,7 @@ def level(e: int) -> dict[str, Any] | None:
     return {
         "calls": calls,
         "tune": success(unit, "tune"),
-        "f_tune": fidelity(unit, "tune"),
-        "f_test": fidelity(unit, "test"),
+        **{f"f_{split}_{layout}": fidelity(unit, split, layout) for split in ("tune", "test") for layout in LAYOUTS},
     }
 
 
@@ -84,21 +91,25 @@ def cell(value: float | None) -> str:
 def main() -> None:
     gate0 = json.loads((HERE / "results" / "gate0" / "ws-128.json").read_text())
     ws = json.loads((HERE / "gate1" / "units" / "eval-warm_start.json").read_text())
-    rows = {0: {"calls": 0, "tune": gate0["overall"], "f_tune": {}, "f_test": fidelity(ws, "test")}}
+    e0 = {f"f_test_{layout}": fidelity(ws, "test", layout) for layout in LAYOUTS}
+    rows = {0: {"calls": 0, "tune": gate0["overall"], **e0}}
     rows |= {e: row for e in LEVELS if (row := level(e)) is not None}
-    print("| E | level | env calls | tune success | decision F1 tune / test | value F1 test | json_valid test |")
-    print("|---|---|---|---|---|---|---|")
-    for e in (0, *LEVELS):
-        r = rows.get(e)
-        if r is None:
-            print(f"| {e} | {LEVELS[e]} | not landed | | | | |")
-            continue
-        tune, test = r["f_tune"], r["f_test"]
-        f1 = f"{cell(tune.get('decision_f1'))} / {cell(test.get('decision_f1'))}"
-        print(f"| {e} | {LEVELS.get(e, '0')} | {r['calls']:,} | {r['tune']:.3f} | {f1} | "
-              f"{cell(test.get('value_f1'))} | {cell(test.get('json_valid'))} |")  # fmt: skip
-    test_f1 = {e: r["f_test"]["decision_f1"] for e, r in rows.items() if "decision_f1" in r["f_test"]}
-    print("gate 2:", verdict(test_f1, {e: r["tune"] for e, r in rows.items()}))
+    for layout in LAYOUTS:
+        judged = "judged" if layout == LAYOUTS[0] else "beside"
+        print(f"\n{layout} layout ({judged})\n")
+        print("| E | level | env calls | tune success | decision F1 tune / test | value F1 test | json_valid test |")
+        print("|---|---|---|---|---|---|---|")
+        for e in (0, *LEVELS):
+            r = rows.get(e)
+            if r is None:
+                print(f"| {e} | {LEVELS[e]} | not landed | | | | |")
+                continue
+            tune, test = r.get(f"f_tune_{layout}", {}), r[f"f_test_{layout}"]
+            f1 = f"{cell(tune.get('decision_f1'))} / {cell(test.get('decision_f1'))}"
+            print(f"| {e} | {LEVELS.get(e, '0')} | {r['calls']:,} | {r['tune']:.3f} | {f1} | "
+                  f"{cell(test.get('value_f1'))} | {cell(test.get('json_valid'))} |")  # fmt: skip
+        test_f1 = {e: r[f"f_test_{layout}"]["decision_f1"] for e, r in rows.items() if r[f"f_test_{layout}"]}
+        print(f"gate 2 ({layout} layout):", verdict(test_f1, {e: r["tune"] for e, r in rows.items()}))
 
 
 if __name__ == "__main__":
