@@ -545,7 +545,7 @@ def test_a_killed_evaluation_resumes_from_its_finished_parts(tmp_path: Path, mon
         return SimpleNamespace(items=[item])
 
     def gold_fidelity(
-        policy: Any, tasks: Any, limits: Any, sampling: Any, split: str, layout: str
+        policy: Any, tasks: Any, limits: Any, sampling: Any, split: str, layout: str, first: int = 0
     ) -> list[dict[str, Any]]:
         if killed["at"] == split:
             raise KeyboardInterrupt  # the attempt dies here

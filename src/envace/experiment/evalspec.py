@@ -66,6 +66,11 @@ class EvalSpec:
             step, as every training episode is laid out; ``turn``, a turn's gold calls in one act step
             (what units written before this field measured: each rehearsal sees the turn's later gold
             calls, chosen from the real answers).
+        part_tasks: the tasks of a split kept as one part of a resumable evaluation (a killed one
+            resumes from its finished parts, :mod:`envace.experiment.parts`): each chunk of this many
+            tasks is its own ``evaluate`` call, seeded afresh, and its own part; ``None``: a split is
+            one part (the names of evaluations begun before this field). Greedy, the results do not
+            depend on it; sampling (``temperature > 0``), they do (reproducibly for one value).
     """
 
     benchmark: Literal["bfcl", "bfcl-single", "shopworld"] = "bfcl"
@@ -84,6 +89,7 @@ class EvalSpec:
     sampling: dict[str, Any] = field(default_factory=dict)
     rehearsal_seeds: list[int] | None = None
     gold_layouts: list[str] = field(default_factory=lambda: ["call"])
+    part_tasks: int | None = 100
 
     def __post_init__(self) -> None:
         if self.benchmark not in SOURCES:
@@ -112,6 +118,11 @@ class EvalSpec:
                 f"evaluation.temperature; fields: {', '.join(sorted(known))})"
             )
         _check_gold_layouts(self.gold_layouts)
+        whole = isinstance(self.part_tasks, int) and not isinstance(self.part_tasks, bool) and self.part_tasks > 0
+        if self.part_tasks is not None and not whole:
+            raise ValueError(
+                f"evaluation.part_tasks must be an integer > 0 (null: a split is one part), got {self.part_tasks!r}"
+            )
         if self.rehearsal_seeds is not None:
             _check_rehearsal_seeds(self.rehearsal_seeds, self.n_values)
 

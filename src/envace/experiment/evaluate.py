@@ -25,15 +25,19 @@ reads the canonical calls. The drift mitigation (``evaluation.reimagine``) runs 
 The episodes use the training config's limits (those in ``evaluation.limits`` replaced), chat format and sampling
 dtype, greedy by default.
 
-Resumable by parts: with ``parts`` (the runner's: a folder named after the weights' fingerprint), each
-split's items of each ``evaluate`` call and its gold fidelity are written there as they finish, and an
-evaluation started again reads the parts it finds instead of running them. The calls are the ones an
-uninterrupted evaluation makes, so the result is the same; parts of other weights are in other folders.
+Resumable by parts (:mod:`envace.experiment.parts`): with ``parts`` (the runner's: a folder named after the
+weights' fingerprint), the items of each ``evaluate`` call and the gold fidelity in each layout are written
+there per chunk of ``evaluation.part_tasks`` tasks of a split as they finish, and an evaluation started again
+reads the parts it finds instead of running them; parts of other weights are in other folders. A chunk is
+its own ``evaluate`` call, which seeds torch afresh (``seed + trial`` per setting) at its start, and its
+gold fidelity seeds each task by its place in the split: greedy (the default), the rows are those of one
+call per split (up to float rounding between batch shapes, as :meth:`~envace.rollout.loop.Rollout.run` says);
+sampling (``temperature > 0``), the committed episodes depend on ``part_tasks`` (reproducibly for one value).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -47,6 +51,7 @@ from envace.data.sources.bfcl import TRAIN_CLASSES
 from envace.envs import DriftSpec, drifted_task
 from envace.experiment.evalspec import SOURCES, EvalSpec, drift_entries, setting_label
 from envace.experiment.grid import ExperimentConfig, Unit
+from envace.experiment.parts import chunked_part, in_split_order
 from envace.metrics.fidelity import score_pair
 from envace.protocol.tokens import PieceEncoder
 from envace.rollout import PolicyRehearsal, RolloutLimits, SamplingConfig, make_engine
@@ -107,8 +112,8 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Pa
     fidelity: list[dict[str, Any]] = []
     for split in spec.splits:
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)  # chosen undrifted: every drift, the same tasks
-        categories = list(spec.categories) if spec.benchmark != "shopworld" else None
-        chosen = TaskFilter(categories=categories, split=split, task_ids=[t.id for t in tasks],
+        categories, ids = (list(spec.categories) if spec.benchmark != "shopworld" else None), [t.id for t in tasks]
+        chosen = TaskFilter(categories=categories, split=split, task_ids=ids,
                             max_user_turns=spec.max_user_turns)  # fmt: skip
         for reimagine, n_values in evaluate_calls(spec, unit.seed):
             modes: Any = list(spec.modes)
@@ -117,10 +122,12 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Pa
                     "model": loading, "seed": unit.seed or 0, "batch_tasks": spec.batch_tasks, "drift": drifting,
                     "out": None, "quiet": True}  # fmt: skip
             name = f"{split}-items-reimagine{reimagine}-n{'-'.join(map(str, n_values))}"
-            items += kept_part(parts, name, partial(_split_items, evaluate, spec, policy, split, reimagine, call))
+            run = partial(_chunk_items, evaluate, spec, policy, split, reimagine, call, ids)
+            rows = chunked_part(parts, name, ids, spec.part_tasks, run)
+            items += in_split_order(rows, ids, [t.category for t in tasks])
         if spec.answers_calls:
             rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
-            fidelity += split_fidelity(policy, rehearsed, limits, sampling, split, spec.gold_layouts, parts)
+            fidelity += split_fidelity(policy, rehearsed, limits, sampling, split, spec, parts)
     out: dict[str, Any] = {"unit": unit.key, "kind": "eval", "policy": unit.policy, "arm": unit.arm, "seed": unit.seed,
            "checkpoint": str(checkpoint), "items": items, "fidelity": fidelity}  # fmt: skip
     if unit.drift is not None:
@@ -142,13 +149,16 @@ def unit_fidelity(
     for split in spec.splits:
         tasks = held_out(spec, split, policy.tokenizer, policy.fmt)
         rehearsed = tasks if drift is None else [drifted_task(t, drift) for t in tasks]
-        rows += split_fidelity(policy, rehearsed, limits, sampling, split, [layout], parts)
+        rows += split_fidelity(
+            policy, rehearsed, limits, sampling, split, dataclasses.replace(spec, gold_layouts=[layout]), parts
+        )
     return rows
 
 
 def fidelity_part(split: str, layout: str) -> str:
-    """The part (:func:`kept_part`) of a split's gold fidelity in ``layout``: ``turn``'s keeps the name it
-    had when it was the only layout, so that an evaluation begun then resumes from its parts.
+    """The part (:func:`~envace.experiment.parts.kept_part`) of a split's gold fidelity in ``layout``:
+    ``turn``'s keeps the name it had when it was the only layout, so that an evaluation begun then
+    resumes from its parts (each chunk's name adds its place, :func:`~envace.experiment.parts.chunk_name`).
 
     >>> fidelity_part("test", "turn"), fidelity_part("test", "call")
     ('test-gold-fidelity', 'test-gold-fidelity-call')
@@ -162,49 +172,41 @@ def split_fidelity(
     limits: RolloutLimits,
     sampling: SamplingConfig,
     split: str,
-    layouts: list[str],
+    spec: EvalSpec,
     parts: Path | None,
 ) -> list[dict[str, Any]]:
-    """A split's gold fidelity rows in each layout, one part each; every row names its layout (a part an
-    earlier attempt wrote before rows did is ``turn``'s, by its name)."""
+    """A split's gold fidelity rows in each layout of ``spec.gold_layouts``, a part per chunk of
+    ``spec.part_tasks`` tasks each (:func:`~envace.experiment.parts.chunked_part`; a chunk's seeds are
+    its tasks' places in the split, so the rows do not depend on the chunking); every row names its
+    layout (a part an earlier attempt wrote before rows did is ``turn``'s, by its name)."""
+    ids = [t.id for t in tasks]
     rows: list[dict[str, Any]] = []
-    for layout in layouts:
-        run = partial(gold_fidelity, policy, tasks, limits, sampling, split, layout)
-        rows += [{**row, "layout": layout} for row in kept_part(parts, fidelity_part(split, layout), run)]
+    for layout in spec.gold_layouts:
+
+        def run(start: int, end: int, layout: str = layout) -> list[dict[str, Any]]:
+            return gold_fidelity(policy, tasks[start:end], limits, sampling, split, layout, start)
+
+        kept = chunked_part(parts, fidelity_part(split, layout), ids, spec.part_tasks, run)
+        rows += [{**row, "layout": layout} for row in kept]
     return rows
 
 
-def _split_items(
-    evaluate: Callable[..., Any], spec: EvalSpec, policy: Any, split: str, reimagine: int, call: dict[str, Any]
+def _chunk_items(
+    evaluate: Callable[..., Any],
+    spec: EvalSpec,
+    policy: Any,
+    split: str,
+    reimagine: int,
+    call: dict[str, Any],
+    ids: list[str],
+    start: int,
+    end: int,
 ) -> list[dict[str, Any]]:
-    """One ``evaluate`` call on a split's tasks, as the result file's item rows."""
-    result = evaluate(spec.benchmark, policy, **call)
+    """One ``evaluate`` call on the tasks ``ids[start:end]`` of a split (``call``'s filter cut to them),
+    as the result file's item rows; each call seeds torch afresh (``seed + trial`` per setting)."""
+    chunk = dataclasses.replace(call["tasks"], task_ids=ids[start:end])
+    result = evaluate(spec.benchmark, policy, **{**call, "tasks": chunk})
     return [_item(spec.stratum(split, it.category), it, reimagine) for it in result.items]
-
-
-def kept_part(parts: Path | None, name: str, run: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The rows of one part of an evaluation: read from ``parts/<name>.json`` if an earlier attempt
-    finished it, else ``run()``, written there (atomically) before it is returned.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     first = kept_part(Path(d), "test-items", lambda: [{"task_id": "t1", "success": True}])
-    ...     again = kept_part(Path(d), "test-items", lambda: 1 / 0)  # finished: not run again
-    >>> first == again == [{"task_id": "t1", "success": True}]
-    True
-    """
-    if parts is None:
-        return run()
-    path = parts / f"{name}.json"
-    if path.is_file():
-        rows: list[dict[str, Any]] = json.loads(path.read_text())
-        return rows
-    rows = run()
-    parts.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rows))
-    tmp.replace(path)
-    return rows
 
 
 def evaluate_calls(spec: EvalSpec, seed: int | None) -> list[tuple[int, list[int]]]:
@@ -266,16 +268,23 @@ def task_classes(spec: EvalSpec) -> dict[str, Any]:
 
 
 def gold_fidelity(
-    policy: Any, tasks: list[Task], limits: RolloutLimits, sampling: SamplingConfig, split: str, layout: str = "call"
+    policy: Any,
+    tasks: list[Task],
+    limits: RolloutLimits,
+    sampling: SamplingConfig,
+    split: str,
+    layout: str = "call",
+    first: int = 0,
 ) -> list[dict[str, Any]]:
     """Per task: the mean fidelity scores of the policy's rehearsals of the gold calls (``None`` when
     the task made no call pair), the oracle laying out each turn's gold calls as ``layout`` says
-    (:data:`~envace.rollout.reference.ORACLES`)."""
+    (:data:`~envace.rollout.reference.ORACLES`); task ``i`` rehearses on seed ``first + i`` (``first``:
+    the place of ``tasks[0]`` in its split, so that a chunk of a split samples as the whole split does)."""
     engine = make_engine(policy.model, policy.tokenizer, policy.fmt, sampling)
     rehearsal = PolicyRehearsal(engine=engine)
     rollout = gold_rollout(policy.tokenizer, policy.fmt, engine.stop_ids, rehearsal, limits, layout=layout)
     rows = []
-    for ep in rollout.run(tasks, 1, seeds=list(range(len(tasks)))):
+    for ep in rollout.run(tasks, 1, seeds=list(range(first, first + len(tasks)))):
         scores = [score_pair(p.rehearsed, p.real) for p in ep.fidelity]
         means = {k: (fmean(getattr(s, k) for s in scores) if scores else None) for k in SCORES}
         rows.append({"split": split, "task_id": ep.task.id, "layout": layout, "pairs": len(scores), **means})
