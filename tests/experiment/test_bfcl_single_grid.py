@@ -43,6 +43,21 @@ def test_an_eval_unit_scores_every_item_by_the_checker_and_labels_its_category()
         assert out["fidelity"] == []  # nothing answers a single-turn call: no gold-call fidelity
 
 
+def test_an_eval_unit_in_chunks_gives_the_items_of_one_part_per_split(tmp_path: Path) -> None:
+    """The real ``evaluate`` on chunks of four of the six items (``evaluation.part_tasks``), each kept as a
+    part: the items, in order, of one part per split."""
+    import dataclasses
+
+    spec = EvalSpec("bfcl-single", ["test"], CATEGORIES, tasks_per_split=6, n_values=[0], max_prompt_tokens=None)
+    spec = dataclasses.replace(spec, part_tasks=4)
+    cfg = ExperimentConfig("tiny", BASE, ["real_env"], reference_arm="real_env", evaluation=spec)
+    whole = dataclasses.replace(cfg, evaluation=dataclasses.replace(spec, part_tasks=None))
+    unit = find_unit(cfg, "eval-warm_start")
+    chunked = evaluate_unit(cfg, unit, Path("oracle"), tmp_path / "chunked")
+    assert len(list((tmp_path / "chunked").glob("test-items-*-tasks*.json"))) == 2
+    assert chunked["items"] == evaluate_unit(whole, unit, Path("oracle"), tmp_path / "whole")["items"]
+
+
 @pytest.mark.slow
 def test_a_tiny_bfcl_single_grid_reports_each_category_and_the_pool(tmp_path: Path) -> None:
     config = {
