@@ -184,6 +184,8 @@ def test_add_fidelity_appends_a_layout_with_its_provenance_once(tmp_path: Path, 
 
     cfg, ev, ran = _landed(tmp_path, monkeypatch)
     before = json.loads(result_path(cfg, ev).read_text())
+    # the checkout moves while the layout runs: the record names the commit read before it ran
+    monkeypatch.setattr("envace.experiment.add_fidelity.git_commit", lambda: {"commit": ("b" if ran else "a") * 40})
     config = tmp_path / "x.yaml"
     config.write_text(json.dumps({"name": "x", "base": cfg.base, "arms": ["envace"], "seeds": [0],
                                   "results": cfg.results, "work": cfg.work,
@@ -193,7 +195,7 @@ def test_add_fidelity_appends_a_layout_with_its_provenance_once(tmp_path: Path, 
     assert ran == ["val call"] and after["items"] == before["items"] and after["seconds"] == before["seconds"]
     assert [(r["layout"], r["value_f1"]) for r in after["fidelity"]] == [("turn", 0.2), ("call", 0.8)]
     (added,) = after["fidelity_added"]
-    assert added["layout"] == "call" and len(added["code"]["commit"]) == 40 and added["seconds"] >= 0
+    assert added["layout"] == "call" and added["code"] == {"commit": "a" * 40} and added["seconds"] >= 0
     from envace.experiment.add_fidelity import add_fidelity
 
     with pytest.raises(ValueError, match="already holds gold fidelity in the call layout"):

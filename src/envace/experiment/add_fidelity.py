@@ -52,9 +52,9 @@ def add_fidelity(cfg: ExperimentConfig, unit: Unit, layout: str) -> Path:
             f"{unit.key}: {checkpoint} holds other weights ({found[:12]}) than its result file records "
             f"({(recorded or 'none')[:12]}); its fidelity would not be of the policy it evaluated"
         )
-    began = time.perf_counter()
+    began, code = time.perf_counter(), git_commit()  # the code that runs: the checkout may move while it does
     rows = unit_fidelity(cfg, unit, checkpoint, layout, runner.eval_parts(cfg, unit, found))
-    added = {"layout": layout, "code": git_commit(), "seconds": round(time.perf_counter() - began, 1)}
+    added = {"layout": layout, "code": code, "seconds": round(time.perf_counter() - began, 1)}
     result.update(fidelity=[*result["fidelity"], *rows], fidelity_added=[*result.get("fidelity_added", []), added])
     return write_result(cfg, unit, result)
 

@@ -244,6 +244,7 @@ def run_unit(cfg: ExperimentConfig, unit: Unit, config: str) -> Path:
     if missing:
         raise ValueError(f"unit {unit.key} starts from {', '.join(missing)}: run that first")
     pin_numerics(cfg)
+    code = git_commit()  # the code that runs, read before it runs: the checkout may move while a unit does
     for key in unit.needs:
         ensure_checkpoint(cfg, grid[key])
     if unit.kind == "eval":
@@ -256,11 +257,11 @@ def run_unit(cfg: ExperimentConfig, unit: Unit, config: str) -> Path:
         with attempt(cfg, unit, parts):  # a killed attempt cost until its last part
             result = evaluate_unit(cfg, unit, checkpoint, parts)
         result.update(seconds=round(spent_seconds(cfg, unit), 1), fingerprint=weights)
-        return write_result(cfg, unit, {**result, "code": git_commit(), "machine": machine()})
+        return write_result(cfg, unit, {**result, "code": code, "machine": machine()})
     run_fit(cfg, unit)
     if unit.kind == "warm_start":
         keep_policy(cfg, unit)
-    result = {**fit_result(cfg, unit), "code": git_commit(), "machine": machine()}
+    result = {**fit_result(cfg, unit), "code": code, "machine": machine()}
     if unit in released(cfg):  # before its result file: a unit done is a unit released
         release_unit(cfg, unit, last_checkpoint(cfg, unit.key), result["fingerprint"], config)
     return write_result(cfg, unit, result)
