@@ -24,15 +24,12 @@ from typing import Any
 from envace.data.grounding import ground
 from envace.data.sources.shopworld import load_shopworld
 from envace.experiment import runner
+from envace.experiment.grid import WARM, load_config, result_path, units
 from envace.metrics.fidelity import score_pair
 from envace.types import is_error
 
 HERE = Path(__file__).resolve().parent
-WORK = Path.home() / ".cache" / "envace" / "experiments"
-POLICIES = {  # E -> (work folder of its warm start, the result file that records its weights)
-    0: (WORK / "shopworld_gate1" / "warm_start", HERE / "gate1" / "units" / "warm_start.json"),
-    368: (WORK / "shopworld_knob_368" / "warm_start", HERE / "knob-368" / "units" / "warm_start.json"),
-}
+CONFIGS = {0: HERE / "gate1.yaml", 368: HERE / "knob-368.yaml"}  # E -> the grid whose warm start it is
 
 
 def first_per_stratum(tasks: list[Any], k: int) -> list[Any]:
@@ -46,12 +43,11 @@ def first_per_stratum(tasks: list[Any], k: int) -> list[Any]:
     return out
 
 
-def checkpoint(e: int) -> Path:
-    """The warm start's last checkpoint, refused unless its weights are the ones its result file records."""
-    folder, result = POLICIES[e]
-    last = folder / "fit" / "checkpoints" / "last.ckpt"
-    recorded = json.loads(result.read_text())["fingerprint"]
-    if runner.fingerprint(last) != recorded:
+def checkpoint(cfg: Any) -> Path:
+    """The grid's warm-start checkpoint, refused unless its weights are the ones its result file records."""
+    warm = next(u for u in units(cfg) if u.key == WARM)
+    last, result = runner.last_checkpoint(cfg, WARM), result_path(cfg, warm)
+    if runner.fingerprint(last) != json.loads(result.read_text())["fingerprint"]:
         raise SystemExit(f"{last}: its weights are not the ones {result} records")
     return last
 
@@ -59,22 +55,17 @@ def checkpoint(e: int) -> Path:
 def rehearsals(e: int, tasks: list[Any], layout: str) -> list[dict[str, Any]]:
     """Every gold call of ``tasks`` rehearsed by E's warm start, beside the real answer (``layout``: the
     gold oracle's, :data:`envace.rollout.reference.ORACLES`)."""
-    from envace.evaluation.policies import PolicyConfig, load_eval_policy
-    from envace.experiment.evaluate import fit_settings
-    from envace.experiment.grid import load_config
+    from envace.evaluation.policies import load_eval_policy
+    from envace.experiment.evaluate import eval_settings
     from envace.rollout import make_engine
-    from envace.rollout.engine.sampling import SamplingConfig
-    from envace.rollout.loop import RolloutLimits
     from envace.rollout.reference import gold_rollout
     from envace.rollout.responders import PolicyRehearsal
 
-    cfg = load_config(str(HERE / "knob-368.yaml"))  # as its eval-warm_start rehearsed (gate 1's: the same)
-    model, spec = fit_settings(cfg), cfg.evaluation
-    loading = PolicyConfig(chat_format=model["chat_format"], tool_style=model["tool_style"])
-    policy = load_eval_policy(str(checkpoint(e)), loading)
-    sampling = SamplingConfig(**{**(model["sampling"] or {}), **spec.sampling, "temperature": spec.temperature})
+    cfg = load_config(str(CONFIGS[e]))
+    warm = next(u for u in units(cfg) if u.key == WARM)
+    _, limits, sampling, loading = eval_settings(cfg, warm)  # as its eval-warm_start rehearsed
+    policy = load_eval_policy(str(checkpoint(cfg)), loading)
     engine = make_engine(policy.model, policy.tokenizer, policy.fmt, sampling)
-    limits = RolloutLimits(**{**(model["limits"] or {}), **spec.limits})
     rollout = gold_rollout(policy.tokenizer, policy.fmt, engine.stop_ids, PolicyRehearsal(engine=engine), limits,
                            layout)  # fmt: skip
     rows = []
@@ -124,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     print("The training data's real answers:", *training_answers(), "", sep="\n")
     kept = []
     for layout in args.layouts:
-        for e in POLICIES:
+        for e in CONFIGS:
             rows = rehearsals(e, tasks, layout)
             kept += [{"E": e, "layout": layout, **r} for r in rows]
             print(f"E = {e}, {layout} layout: the gold calls of {len(tasks)} test tasks", *table(rows), "", sep="\n",

@@ -22,7 +22,7 @@ from envace.experiment import runner
 from envace.experiment.evaluate import unit_fidelity
 from envace.experiment.grid import WARM, ExperimentConfig, Unit, result_path, source_config, units, write_result
 from envace.experiment.machine import pin_numerics
-from envace.rollout.reference import ORACLES
+from envace.rollout.reference import check_layout
 
 
 def add_fidelity(cfg: ExperimentConfig, unit: Unit, layout: str) -> Path:
@@ -34,8 +34,7 @@ def add_fidelity(cfg: ExperimentConfig, unit: Unit, layout: str) -> Path:
             weights than the file records.
     """
     path = result_path(cfg, unit)
-    if layout not in ORACLES:
-        raise ValueError(f"--add-fidelity: gold layout must be one of {', '.join(ORACLES)}, got {layout!r}")
+    check_layout(layout)
     if unit.kind != "eval" or not path.is_file() or not cfg.evaluation.answers_calls:
         raise ValueError(f"{unit.key}: --add-fidelity adds to a finished evaluation with gold-call fidelity")
     result = json.loads(path.read_text())

@@ -82,7 +82,7 @@ def held_out(spec: EvalSpec, split: str, tokenizer: Any, fmt: Any) -> list[Task]
     return spread(tasks, spec.tasks_per_split) if spec.tasks_per_split else tasks
 
 
-def _settings(cfg: ExperimentConfig, unit: Unit) -> tuple[DriftSpec | None, RolloutLimits, SamplingConfig, Any]:
+def eval_settings(cfg: ExperimentConfig, unit: Unit) -> tuple[DriftSpec | None, RolloutLimits, SamplingConfig, Any]:
     """``(drift, limits, sampling, loading)`` of ``unit``'s evaluation: its drift (``None``: undrifted), the
     training config's limits and sampler with the evaluation's over them, and how its policy loads."""
     from envace.evaluation.policies import PolicyConfig
@@ -105,7 +105,7 @@ def evaluate_unit(cfg: ExperimentConfig, unit: Unit, checkpoint: Path, parts: Pa
     from envace.inference import ImaginationConfig
 
     spec = cfg.evaluation
-    drift, limits, sampling, loading = _settings(cfg, unit)
+    drift, limits, sampling, loading = eval_settings(cfg, unit)
     drifting = None if drift is None else DriftConfig(list(drift.kinds), drift.mode, drift.seed)
     policy = load_eval_policy(str(checkpoint), loading)
     items: list[dict[str, Any]] = []
@@ -143,7 +143,7 @@ def unit_fidelity(
     from envace.evaluation.policies import load_eval_policy
 
     spec = cfg.evaluation
-    drift, limits, sampling, loading = _settings(cfg, unit)
+    drift, limits, sampling, loading = eval_settings(cfg, unit)
     policy = load_eval_policy(str(checkpoint), loading)
     rows: list[dict[str, Any]] = []
     for split in spec.splits:

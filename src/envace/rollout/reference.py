@@ -115,6 +115,12 @@ class NoopEngine(ScriptedEngine):
 ORACLES: dict[str, type[ScriptedEngine]] = {"turn": OracleEngine, "call": StepOracleEngine}
 
 
+def check_layout(layout: str) -> None:
+    """Refuse a gold layout that is not one of :data:`ORACLES`, in one line."""
+    if layout not in ORACLES:
+        raise ValueError(f"gold layout must be one of {', '.join(ORACLES)}, got {layout!r}")
+
+
 def gold_rollout(
     tokenizer: Any,
     fmt: ChatFormat,
@@ -129,8 +135,7 @@ def gold_rollout(
     episodes have them (``call``: a ``turn`` rehearsal sees the turn's later gold calls, a leak, in a
     layout training never shows); the oracle's act budget is lifted (whole turns, or as many steps as
     the gold has calls)."""
-    if layout not in ORACLES:
-        raise ValueError(f"gold layout must be one of {', '.join(ORACLES)}, got {layout!r}")
+    check_layout(layout)
     limits = dataclasses.replace(limits, max_new_tokens=4096, max_calls_per_step=64, max_steps_per_turn=64,
                                  max_episode_tokens=limits.max_episode_tokens * 4)  # fmt: skip
     oracle = ORACLES[layout](tokenizer, stop_ids)
